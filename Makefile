@@ -1,0 +1,42 @@
+# The two commands of README.md. Both set everything up on a fresh machine: .venv, the package and its
+# dev tools, and FashionMNIST from Debian's package dataset-fashion-mnist.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.miniai-installed
+DATA := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+export MPLBACKEND ?= Agg
+
+.PHONY: demo test data install bench
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@touch $(STAMP)
+
+data:
+	@if [ -n "$$MINIAI_DATA" ] || [ -f $(DATA) ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "Installing FashionMNIST (Debian package dataset-fashion-mnist)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist >/dev/null) \
+	    || echo "apt-get could not install dataset-fashion-mnist"; \
+	else \
+	  echo "FashionMNIST is missing: run 'sudo apt-get install dataset-fashion-mnist', or set MINIAI_DATA to a folder with the four IDX .gz files (with network access the Hugging Face hub's copy is used)."; \
+	fi
+
+demo: install data
+	$(VENV)/bin/miniai-diagnose --epochs 1 --out miniai-diagnosis
+
+test: install data
+	$(VENV)/bin/nbdev-export
+	@if [ -n "$$(git status --porcelain -- miniai)" ]; then \
+	  echo "miniai/ differs from what the notebooks export: run nbdev-export and commit notebooks and modules together."; \
+	  git status --short -- miniai; exit 1; fi
+	$(PY) -m pytest tests -q -rA --durations=15
+
+bench: install data
+	$(PY) bench/run_all.py

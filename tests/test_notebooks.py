@@ -1,0 +1,26 @@
+"""Every notebook in nbs/ is a test: it runs top to bottom, and a failing cell fails the test, named."""
+import os, re, time
+from pathlib import Path
+import pytest
+from execnb.shell import CaptureShell
+from fastcore.nbio import read_nb
+
+nbs_path = Path(__file__).parent.parent/'nbs'
+notebooks = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
+
+def _is_skipped(cell):
+    return cell.cell_type != 'code' or re.search(r'^\s*#\s*\|\s*(notest|eval:\s*false)', cell.source, re.M)
+
+@pytest.mark.parametrize('nb_path', notebooks, ids=[p.stem for p in notebooks])
+def test_notebook(nb_path, monkeypatch):
+    monkeypatch.chdir(nb_path.parent)
+    nb = read_nb(nb_path)
+    shell = CaptureShell(mpl_format='png')
+    shell.set_path(str(nb_path.parent))
+    for i, cell in enumerate(nb.cells):
+        if _is_skipped(cell): continue
+        shell.cell(cell)
+        if shell.exc:
+            src = '\n'.join(cell.source.splitlines()[:12])
+            pytest.fail(f"{nb_path.name}: cell {i} failed with {type(shell.exc).__name__}: {shell.exc}\n--- cell {i} ---\n{src}\n---\n"
+                        + shell.prettytb(fname=nb_path), pytrace=False)
