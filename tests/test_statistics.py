@@ -1,0 +1,97 @@
+"""Two gloo ranks under torchrun, each seeing half the batches, merge (all_reduce) into exactly what one process computes."""
+import json, os, socket, subprocess, sys, textwrap
+from pathlib import Path
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+WORKER = textwrap.dedent('''
+    import json, os, sys, torch
+    from torch import nn
+    from miniai.learner import baseline_cnn, set_seed
+    from miniai.statistics import StatisticsConfig, ActivationStatisticsHook
+
+    def run(batches, out, distributed):
+        set_seed(0)
+        model = baseline_cnn()                      # same weights on every rank
+        cfg = StatisticsConfig(collect_percentiles=[1, 25, 50, 75, 99, 99.9], collect_sparsity=True,
+                               collect_histogram=True, histogram_bins=20, max_samples=400)
+        hook = ActivationStatisticsHook(cfg)
+        with hook.attach(model, filter=lambda m: not isinstance(m, nn.Sequential)), torch.no_grad():
+            for i, xb in batches:
+                model(xb)
+                hook.update_statistics('small', None, xb[0, 0, 0, :10])          # exact percentiles (max_samples)
+                if i == 3: hook.update_statistics('only_one_rank', None, xb * 3)  # a stream one rank never sees
+        if distributed: hook.all_reduce()
+        sd = hook.state_dict()
+        res = dict(json=hook.export_statistics('json'), quant=hook.export_statistics('quantization'),
+                   sketches={f"{s['name']}.{s['kind']}.{s['key']}": s.get('sketch') for s in sd['streams']},
+                   exact={f"{s['name']}.{s['kind']}": 'values' in s for s in sd['streams']},
+                   call_count=hook.call_count)
+        with open(out, 'w') as f: json.dump(res, f)
+
+    g = torch.Generator().manual_seed(1)
+    data = [(i, torch.randn(16, 1, 28, 28, generator=g) * (1 + i % 3)) for i in range(12)]
+    data[5][1][0, 0, 0, 0] = float('nan')                                    # a NaN, counted not averaged
+    out_dir = sys.argv[1]
+    if len(sys.argv) > 2 and sys.argv[2] == 'single':
+        run(data, os.path.join(out_dir, 'single.json'), False)
+    else:
+        import torch.distributed as dist
+        dist.init_process_group('gloo')
+        rank, world = dist.get_rank(), dist.get_world_size()
+        run(data[rank::world], os.path.join(out_dir, f'rank{rank}.json'), True)
+        dist.destroy_process_group()
+''')
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
+    env.setdefault('MPLBACKEND', 'Agg')
+    return env
+
+
+def _close(a, b, path=''):
+    "Recursive comparison: equal structure, ints/strings exactly, floats to 1e-9 relative."
+    if isinstance(a, dict):
+        assert set(a) == set(b), (path, set(a) ^ set(b))
+        for k in a:
+            if k == 'last_updated': continue
+            _close(a[k], b[k], f'{path}.{k}')
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)): _close(x, y, f'{path}[{i}]')
+    elif isinstance(a, float) and isinstance(b, float):
+        assert abs(a - b) <= 1e-9 * max(abs(a), abs(b)), (path, a, b)
+    else: assert a == b, (path, a, b)
+
+
+def test_all_reduce_two_ranks_equals_single_process(tmp_path):
+    script = tmp_path / 'worker.py'
+    script.write_text(WORKER)
+    subprocess.run([sys.executable, str(script), str(tmp_path), 'single'], check=True, env=_env(), timeout=120)
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', '--nnodes=1',
+           '--master_addr=127.0.0.1', f'--master_port={_free_port()}', str(script), str(tmp_path)]
+    proc = subprocess.run(cmd, env=_env(), timeout=180, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    single = json.loads((tmp_path / 'single.json').read_text())
+    ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(2)]
+    assert ranks[0] == ranks[1]                     # every rank holds the same global result
+    merged = ranks[0]
+    assert merged['sketches'] == single['sketches']  # identical int64 sketch counts, so identical percentiles
+    assert merged['exact'] == single['exact'] and merged['exact']['small.output']
+    _close(merged['json'], single['json'])
+    _close(merged['quant'], single['quant'])
+    assert merged['call_count'] == single['call_count']
+    out = single['json']['0.0']['input_stats']
+    assert out['nonfinite'] == 1 and out['count'] == 12 * 16 * 28 * 28 - 1
+    assert 'only_one_rank' in merged['json'] and merged['json']['only_one_rank']['total_samples'] == 16
+    # percentiles match exactly, not only to 1e-9
+    for name, st in single['json'].items():
+        assert st['output_stats']['percentiles'] == merged['json'][name]['output_stats']['percentiles'], name
