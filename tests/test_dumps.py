@@ -1,0 +1,84 @@
+"""miniai.dumps across processes: two ranks under torchrun (gloo, CPU) write one folder each, and the
+installed `miniai-compare` command writes one CSV per rank; bad arguments exit 2."""
+import csv, os, socket, subprocess, sys, textwrap
+from pathlib import Path
+import pytest
+
+BIN = Path(sys.executable).parent
+HEADER = ['tensor_name', 'cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB',
+          'varA', 'varB', 'varA - varB']
+
+SCRIPT = textwrap.dedent('''
+    import sys, torch, torch.distributed as dist
+    from torch import nn
+    from miniai.dumps import register_saving_hook
+    dist.init_process_group('gloo')
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    for out, scale in [(sys.argv[1], 1.0), (sys.argv[2], 1.1)]:   # two runs, B with inputs scaled by 1.1
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+        model = register_saving_hook(model, out, 'Linear', max_saved_tensors=-1, max_saved_grads=-1)
+        ddp = nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        torch.manual_seed(100 + rank)
+        for step in range(2):
+            x = torch.randn(4, 6) * scale
+            ddp(x).pow(2).mean().backward()
+            opt.step(); opt.zero_grad()
+        model.saving_hook.remove()
+        dist.barrier()
+    dist.destroy_process_group()
+''')
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+def compare_cmd():
+    exe = BIN/'miniai-compare'
+    return [str(exe)] if exe.exists() else [sys.executable, '-m', 'miniai.dumps']
+
+def run_two_ranks(tmp_path, run_a, run_b):
+    script = tmp_path/'dump_run.py'
+    script.write_text(SCRIPT)
+    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
+           str(script), str(run_a), str(run_b)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
+
+def test_two_ranks_dump_and_compare(tmp_path):
+    run_a, run_b = tmp_path/'A', tmp_path/'B'
+    run_two_ranks(tmp_path, run_a, run_b)
+    for run in (run_a, run_b):
+        for kind, n in [('tensors', 4), ('grads', 8)]:   # 2 Linear outputs x 2 steps; 4 params x 2 steps
+            for rank in (0, 1):
+                files = sorted((run/kind/f'rank_{rank}').glob('*.npy'))
+                assert len(files) == n, (run, kind, rank, files)
+                assert all(f.name.startswith('tensor_idx_') and '_micro_step_' in f.name for f in files)
+    res = subprocess.run([*compare_cmd(), '--pathA', str(run_a), '--pathB', str(run_b), '--no-progress'],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for kind, n in [('tensors', 4), ('grads', 8)]:
+        csvs = sorted(p.name for p in (run_a/kind/'compare_rst').iterdir())
+        assert csvs == ['rank_0_rst.csv', 'rank_1_rst.csv'], csvs
+        for name in csvs:
+            with open(run_a/kind/'compare_rst'/name, newline='') as f: rows = list(csv.reader(f))
+            assert rows[0][:11] == HEADER
+            assert len(rows) == 1 + n
+            assert all(r[-1] == '' for r in rows[1:]), rows          # no errors, nothing in one run only
+    # the first layer's output on each rank differs only by the input scale (and a bias): cosine near 1
+    with open(run_a/'tensors'/'compare_rst'/'rank_1_rst.csv', newline='') as f: first = next(csv.DictReader(f))
+    assert 0.95 < float(first['cosine similarity']) <= 1.0 + 1e-12, first
+    # a threshold the scaled run cannot meet exits 1
+    res = subprocess.run([*compare_cmd(), '--pathA', str(run_a), '--pathB', str(run_b), '--no-progress', '--max-abs-err', '0'],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stdout + res.stderr
+
+@pytest.mark.parametrize('args', [['--pathA', '.'], ['--pathA', '/nonexistent/dump', '--pathB', '.']])
+def test_cli_bad_args(args):
+    res = subprocess.run([*compare_cmd(), *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert 'usage: miniai-compare' in res.stderr
