@@ -1,0 +1,163 @@
+"""Benchmarks for miniai.dumps.
+
+1. Saving: the training time that dumping adds, miniai's `register_saving_hook` (clone in the hook, background
+   writer thread) against the seed tool's way (`np.save` of `.cpu().numpy()` inside the hook, on the training thread).
+   Baseline CNN, random batches, every Conv2d output and every parameter gradient saved (no limits).
+2. Comparing: `compare_dumps` on two folders of float32 dumps (~1 GB in all by default) against reading every
+   file once with `np.load`; peak memory of the comparison measured in a fresh process.
+
+Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 10] [--bs 256] [--repeats 5] [--compare-mb 1024]
+"""
+import argparse, json, os, shutil, subprocess, sys, tempfile, time
+from pathlib import Path
+
+import numpy as np, torch
+from torch import nn
+import torch.nn.functional as F
+
+IN_HOOKS = [0.]   # seconds the training thread spent inside saving hooks
+
+def timed(f):
+    def _f(*args, **kwargs):
+        t0 = time.perf_counter()
+        try: return f(*args, **kwargs)
+        finally: IN_HOOKS[0] += time.perf_counter() - t0
+    return _f
+
+def seed_style_hooks(model, path, target='Conv2d'):
+    "The seed tool's approach: synchronous np.save in the forward hook and in the parameter hooks."
+    tdir, gdir = Path(path)/'tensors'/'rank_0', Path(path)/'grads'/'rank_0'
+    tdir.mkdir(parents=True); gdir.mkdir(parents=True)
+    state = dict(t=0, g=0)
+    handles = []
+    @timed
+    def fwd(name, mod, inp, out):
+        np.save(tdir/f"tensor_idx_{state['t']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", out.detach().cpu().numpy())
+        state['t'] += 1
+    @timed
+    def grad(name, g):
+        np.save(gdir/f"tensor_idx_{state['g']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", g.detach().cpu().numpy())
+        state['g'] += 1
+    for n, m in model.named_modules():
+        if type(m).__name__ == target:
+            handles.append(m.register_forward_hook(lambda mod, i, o, n=n: fwd(n, mod, i, o)))
+            for pn, p in m.named_parameters():
+                handles.append(p.register_hook(lambda g, nm=f'{n}.{pn}': grad(nm, g)))
+    return handles
+
+def train(model, batches):
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for xb, yb in batches:
+        F.cross_entropy(model(xb), yb).backward()
+        opt.step(); opt.zero_grad()
+
+def time_mode(mode, batches, tmp):
+    from miniai.learner import baseline_cnn
+    from miniai.dumps import SavingHook
+    torch.manual_seed(0)
+    model = baseline_cnn()
+    path = Path(tempfile.mkdtemp(dir=tmp))
+    handles, hook = [], None
+    if mode == 'seed': handles = seed_style_hooks(model, path)
+    elif mode == 'miniai':
+        if not hasattr(SavingHook, '_timed'):   # the hooks bind these methods when they are registered
+            SavingHook._save_output, SavingHook._save_grad = timed(SavingHook._save_output), timed(SavingHook._save_grad)
+            SavingHook._timed = True
+        hook = SavingHook(model, path, 'Conv2d', max_saved_tensors=-1, max_saved_grads=-1)
+    IN_HOOKS[0] = 0.
+    t0, c0 = time.perf_counter(), time.process_time()
+    train(model, batches)
+    t_loop = time.perf_counter() - t0
+    if hook is not None: hook.remove()      # waits for the writer thread
+    t_all, cpu = time.perf_counter() - t0, time.process_time() - c0
+    for h in handles: h.remove()
+    n_bytes = sum(f.stat().st_size for f in path.rglob('*.npy'))
+    shutil.rmtree(path)
+    return t_loop, t_all, cpu, IN_HOOKS[0], n_bytes
+
+def bench_saving(args, tmp):
+    torch.manual_seed(1)
+    batches = [(torch.rand(args.bs, 1, 28, 28), torch.randint(0, 10, (args.bs,))) for _ in range(args.steps)]
+    time_mode('none', batches[:2], tmp)   # warm-up
+    res = {m: [] for m in ('none', 'seed', 'miniai')}
+    for _ in range(args.repeats):
+        for m in res: res[m].append(time_mode(m, batches, tmp))
+    # the minimum over interleaved repeats: the run least disturbed by other processes
+    best = {m: tuple(min(r[i] for r in v) for i in range(4)) + (v[0][4],) for m, v in res.items()}
+    base, base_cpu = best['none'][0], best['none'][2]
+    added_seed = best['seed'][0] - base
+    added_loop, added_all = best['miniai'][0] - base, best['miniai'][1] - base
+    print(f"## saving: baseline_cnn, bs={args.bs}, {args.steps} steps, 5 Conv2d outputs + 10 parameter grads per step "
+          f"({best['miniai'][4]/2**20:.0f} MB written), best of {args.repeats} interleaved runs, torch threads={torch.get_num_threads()}, "
+          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"{'':30}{'wall s':>9}{'added':>9}{'in hooks':>10}{'CPU s (all threads)':>21}")
+    print(f"{'no hooks':30}{base:9.3f}{'':9}{'':10}{base_cpu:21.3f}")
+    print(f"{'seed-style (np.save in hook)':30}{best['seed'][0]:9.3f}{added_seed:+9.3f}{best['seed'][3]:10.3f}{best['seed'][2]:21.3f}")
+    print(f"{'miniai, training loop':30}{best['miniai'][0]:9.3f}{added_loop:+9.3f}{best['miniai'][3]:10.3f}")
+    print(f"{'miniai, loop + final flush':30}{best['miniai'][1]:9.3f}{added_all:+9.3f}{'':10}{best['miniai'][2]:21.3f}")
+    print(f"added wall time, seed / miniai: {added_seed/max(added_loop, 1e-9):.1f}x (training loop), "
+          f"{added_seed/max(added_all, 1e-9):.1f}x (including the final flush); "
+          f"time in hooks, seed / miniai: {best['seed'][3]/max(best['miniai'][3], 1e-9):.1f}x")
+
+def write_dumps(root, total_mb, file_mb=16):
+    n_files = max(1, total_mb // (2*file_mb))
+    n = file_mb * 2**20 // 4
+    rng = np.random.default_rng(0)
+    for run in ('A', 'B'):
+        d = root/run/'tensors'/'rank_0'; d.mkdir(parents=True)
+    for i in range(n_files):
+        a = rng.standard_normal(n, dtype=np.float32)
+        np.save(root/'A'/'tensors'/'rank_0'/f'tensor_idx_{i}_layer_class_X_layer_name_l{i}_micro_step_0.npy', a)
+        a += np.float32(1e-3) * rng.standard_normal(n, dtype=np.float32)
+        np.save(root/'B'/'tensors'/'rank_0'/f'tensor_idx_{i}_layer_class_X_layer_name_l{i}_micro_step_0.npy', a)
+    return n_files
+
+def compare_only(root):
+    "Run in a fresh process: time compare_dumps and report its peak resident memory."
+    from miniai.dumps import compare_dumps
+    def status(key):   # kB in /proc/self/status
+        return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key + ':'))
+    try: Path('/proc/self/clear_refs').write_text('5')   # reset the peak (VmHWM) to the current RSS
+    except OSError: pass
+    rss0 = status('VmRSS')
+    t0 = time.perf_counter()
+    res = compare_dumps(Path(root)/'A', Path(root)/'B', progress=False, verbose=False)
+    dt = time.perf_counter() - t0
+    print(json.dumps(dict(seconds=dt, rows=sum(len(v) for v in res.values()), rss_before_mb=rss0/1024, rss_peak_mb=status('VmHWM')/1024)))
+
+def bench_compare(args, tmp):
+    root = Path(tempfile.mkdtemp(dir=tmp))
+    n_files = write_dumps(root, args.compare_mb)
+    total = sum(f.stat().st_size for f in root.rglob('*.npy'))
+    files = sorted(root.rglob('*.npy'))
+    t0 = time.perf_counter()
+    for f in files: np.load(f, allow_pickle=False).sum()
+    t_read = time.perf_counter() - t0
+    out = subprocess.run([sys.executable, __file__, '--compare-only', str(root)], capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"## comparing: {2*n_files} files, {total/2**20:.0f} MB in all (float32, page cache warm), {os.cpu_count()} cores")
+    print(f"read every file once (np.load + sum): {t_read:6.2f} s  ({total/2**20/t_read:.0f} MB/s)")
+    print(f"compare_dumps (float64 stats):        {r['seconds']:6.2f} s  ({total/2**20/r['seconds']:.0f} MB/s), "
+          f"{r['seconds']/t_read:.1f}x the read-once time, {r['rows']} rows")
+    print(f"comparing process: peak RSS {r['rss_peak_mb']:.0f} MB, {r['rss_peak_mb'] - r['rss_before_mb']:.0f} MB above its RSS "
+          f"after imports ({r['rss_before_mb']:.0f} MB); mmap'd file pages count in RSS while they are read")
+    shutil.rmtree(root)
+
+if __name__ == '__main__':
+    p = argparse.ArgumentParser()
+    p.add_argument('--steps', type=int, default=10)
+    p.add_argument('--bs', type=int, default=256)
+    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--compare-mb', type=int, default=1024)
+    p.add_argument('--threads', type=int, default=None, help='torch intra-op threads for the saving bench (default: torch default)')
+    p.add_argument('--skip-saving', action='store_true')
+    p.add_argument('--skip-compare', action='store_true')
+    p.add_argument('--compare-only', default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.compare_only: compare_only(args.compare_only); sys.exit(0)
+    if args.threads: torch.set_num_threads(args.threads)
+    tmp = tempfile.mkdtemp(prefix='bench_dumps_')
+    try:
+        if not args.skip_saving: bench_saving(args, tmp)
+        if not args.skip_compare: bench_compare(args, tmp)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
