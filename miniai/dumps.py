@@ -112,7 +112,7 @@ class StagingPool:
             self.allocated -= sum(b.numel() for b in self.free)
             self.free = []
 
-# %% ../nbs/10b_dumps.ipynb #de149be5
+# %% ../nbs/10b_dumps.ipynb #66277a2f
 class DumpWriter:
     "Write tensors to `.npy` files on a background thread; copies wait in a `StagingPool` of `buffer_mb` (CPU) or a queue of `queue_size` (devices)."
     def __init__(self, buffer_mb=256, queue_size=64, kick_every=16):
@@ -130,7 +130,7 @@ class DumpWriter:
         if t.device.type == 'cpu': staged, buf = self.pool.copy(t)
         else:
             if len(self.pending) >= self.queue_size: self._wait(lambda: len(self.pending) < self.queue_size)
-            staged, buf = t.detach().clone(), None
+            staged, buf = t.detach().clone(memory_format=torch.contiguous_format), None
         self.pending.append((Path(fn), staged, buf, meta))
         if len(self.pending) >= self.kick_every: self.kick()
 
@@ -302,7 +302,7 @@ def load_dump(fn, tensor=False, mmap=False):
     res = torch.from_numpy(np.array(arr))
     return res.to(getattr(torch, dtype)) if dtype and hasattr(torch, dtype) else res
 
-# %% ../nbs/10b_dumps.ipynb #f56eaf37
+# %% ../nbs/10b_dumps.ipynb #0968bb2b
 _stat_cols = ['cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB', 'varA', 'varB', 'varA - varB']
 CSV_COLUMNS = ['tensor_name', *_stat_cols, 'max_abs_err', 'max_rel_err', 'sqnr_db', 'nan_A', 'inf_A', 'nan_B', 'inf_B',
                'nonfinite_positions_match', 'notes']
@@ -332,7 +332,8 @@ def _cosine(dot, sq_a, sq_b):
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     "Statistics of two same-shape arrays (in float64, chunk by chunk): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
-    a, b = a.reshape(-1), b.reshape(-1)
+    both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
+    a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
     na = nb = 0; mean_a = mean_b = m2a = m2b = 0.
     dot = sq_a = sq_b = sq_err = max_abs = max_a = 0.
     nan_a = inf_a = nan_b = inf_b = n_both = 0; same_pos = True

@@ -82,3 +82,21 @@ def test_cli_bad_args(args):
     res = subprocess.run([*compare_cmd(), *args], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, res.stdout + res.stderr
     assert 'usage: miniai-compare' in res.stderr
+
+def test_atexit_flushes(tmp_path):
+    "A script that never removes its hook still leaves every file and the index on disk when it exits."
+    script = tmp_path/'no_cleanup.py'
+    script.write_text(textwrap.dedent('''
+        import sys, torch
+        from torch import nn
+        from miniai.dumps import register_saving_hook
+        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), sys.argv[1], 'Linear', -1, -1)
+        for _ in range(3): model(torch.randn(64, 4)).sum().backward()
+    '''))
+    res = subprocess.run([sys.executable, str(script), str(tmp_path/'dump')], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    assert res.returncode == 0, res.stderr[-3000:]
+    folder = tmp_path/'dump'/'tensors'/'rank_0'
+    assert len(list(folder.glob('*.npy'))) == 6
+    assert len(list((tmp_path/'dump'/'grads'/'rank_0').glob('*.npy'))) == 12
+    assert (folder/'index.json').exists() and not list(folder.glob('*.tmp'))
