@@ -756,7 +756,7 @@ class StatisticsCB(HooksCallback):
             self.history.append(self.stats.get_all_statistics())
             self.stats.reset()
 
-# %% ../nbs/10a_statistics.ipynb #62dd51f8
+# %% ../nbs/10a_statistics.ipynb #1a11e73b
 def statistics_table(stats, kind='output'):
     "A pandas DataFrame with one row per module of `stats` (a collector or `{name: ModuleStatistics}`)."
     import pandas as pd
