@@ -466,7 +466,7 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
                 if r['notes'] in ('only in A', 'only in B'): print(f"{kind}/rank_{rank}: {r['tensor_name']} {r['notes']}")
     return results
 
-# %% ../nbs/10b_dumps.ipynb #2f576171
+# %% ../nbs/10b_dumps.ipynb #afa9c144
 def _violations(rows, min_cosine=None, max_abs_err=None):
     bad = []
     for r in rows:
@@ -478,7 +478,7 @@ def _violations(rows, min_cosine=None, max_abs_err=None):
     return bad
 
 def _summary(kind, rank, rows):
-    ok = [r for r in rows if r['cosine similarity'] != '']
+    ok = [r for r in rows if r['cosine similarity'] != '' and not math.isnan(r['cosine similarity'])]
     n_err = sum(r['notes'].startswith('ERROR') for r in rows)
     n_only = sum(r['notes'] in ('only in A', 'only in B') for r in rows)
     cos = min((r['cosine similarity'] for r in ok), default=float('nan'))
