@@ -466,7 +466,7 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
                 if r['notes'] in ('only in A', 'only in B'): print(f"{kind}/rank_{rank}: {r['tensor_name']} {r['notes']}")
     return results
 
-# %% ../nbs/10b_dumps.ipynb #afa9c144
+# %% ../nbs/10b_dumps.ipynb #73076fb6
 def _violations(rows, min_cosine=None, max_abs_err=None):
     bad = []
     for r in rows:
@@ -501,6 +501,7 @@ def compare_main(argv=None):
         if not Path(getattr(args, nm)).is_dir(): p.error(f'--{nm} {getattr(args, nm)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
     res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
+    if not args.no_progress: print()   # end the console progress bar's line
     bad = []
     for (kind, rank), rows in res.items():
         print(_summary(kind, rank, rows))
