@@ -328,7 +328,7 @@ def decode_records(struct, arrays, tensors=True):
     "Inverse of `encode_records`: arrays come back as CPU tensors (numpy arrays if not `tensors`)."
     return _decode(struct, arrays, tensors)
 
-# %% ../nbs/10c_debuggers.ipynb #f53b6c26
+# %% ../nbs/10c_debuggers.ipynb #f5dceb88
 INDEX = 'index.json'
 
 def write_page(path, stem, records):
@@ -362,7 +362,7 @@ def load_pages(path, tensors=True):
     "All records written by a `SequentialDebugger` in folder `path` (arrays as CPU tensors, numpy if not `tensors`)."
     return list(iter_records(path, tensors=tensors))
 
-# %% ../nbs/10c_debuggers.ipynb #c913739c
+# %% ../nbs/10c_debuggers.ipynb #83c0ddbe
 def _resolve_class(cls, where):
     if isinstance(cls, str):
         if '.' in cls:
@@ -382,7 +382,7 @@ def build_debugger(config, where='debugger_config'):
     try: return cls(**args)
     except TypeError as e: raise TypeError(f'{where}: {cls.__name__}(**{args}) failed: {e}') from e
 
-# %% ../nbs/10c_debuggers.ipynb #76799452
+# %% ../nbs/10c_debuggers.ipynb #78483393
 class SequentialDebugger(BaseDebugger):
     "Run the debuggers of `debuggers_config` on each datapoint, buffering results and writing them to `path` a page of `page_size_mb` at a time."
     def __init__(self, page_size_mb=100, debuggers_config=(), path=None):
@@ -464,7 +464,7 @@ class SequentialDebugger(BaseDebugger):
     def peak_buffer_mb(self): return self.peak_buffer_bytes / 2**20
     def __repr__(self): return f'{type(self).__name__}({self.page_size_mb}MB, {list(self.debuggers)})'
 
-# %% ../nbs/10c_debuggers.ipynb #9af814b6
+# %% ../nbs/10c_debuggers.ipynb #771eaa51
 class DebugCB(Callback):
     "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every`-th epoch (or of `epochs`) of a fit."
     order = 1
