@@ -53,7 +53,7 @@ class StatisticsConfig:
         if self.histogram_bins < 1: raise ValueError(f"histogram_bins must be >= 1, got {self.histogram_bins}")
         if self.max_samples is not None and self.max_samples < 0: raise ValueError(f"max_samples must be >= 0 or None, got {self.max_samples}")
 
-# %% ../nbs/10a_statistics.ipynb #cedf9a2e
+# %% ../nbs/10a_statistics.ipynb #a743dacf
 SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
 _GAMMA = (1 + SKETCH_ALPHA) / (1 - SKETCH_ALPHA)
 _LOG_GAMMA = math.log(_GAMMA)
@@ -96,7 +96,8 @@ class QuantileSketch:
         if x.dtype not in (torch.float32, torch.float64): x = x.float()
         k = _buckets_per_sign(level)
         clean = torch.nan_to_num(x, nan=0., posinf=0., neginf=0.)      # non-finite -> zero bucket, taken back below
-        idx = clean.abs().log_().mul_(1/_LOG_GAMMA).ceil_()             # the bucket key; -inf for zeros
+        idx = clean.abs().clamp_(min=1e-30).log_().mul_(1/_LOG_GAMMA).ceil_()  # the bucket key (log(0) is slow: clamp first;
+                                                                                # zeros still go to the zero bucket, by their sign)
         if level: idx.sub_(_KEY0).div_(2**level).floor_().clamp_(0, k - 1).add_(1)
         else: idx.clamp_(_KEY0, _KEY0 + k - 1).sub_(_KEY0 - 1)           # 1..k by magnitude
         idx = torch.addcmul(idx.new_full((), k), clean.sign_(), idx)    # negatives k-1..0, zero k, positives k+1..2k
