@@ -53,7 +53,7 @@ class StatisticsConfig:
         if self.histogram_bins < 1: raise ValueError(f"histogram_bins must be >= 1, got {self.histogram_bins}")
         if self.max_samples is not None and self.max_samples < 0: raise ValueError(f"max_samples must be >= 0 or None, got {self.max_samples}")
 
-# %% ../nbs/10a_statistics.ipynb #a743dacf
+# %% ../nbs/10a_statistics.ipynb #86176a51
 SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
 _GAMMA = (1 + SKETCH_ALPHA) / (1 - SKETCH_ALPHA)
 _LOG_GAMMA = math.log(_GAMMA)
@@ -75,13 +75,21 @@ class QuantileSketch:
         self.counts = torch.zeros(2*self.k + 1, dtype=torch.int64, device=device)
 
     @property
-    def k(self): return _buckets_per_sign(self.level)
+    def k(self):
+        "Buckets per sign at this level (the zero bucket is `counts[k]`)."
+        return _buckets_per_sign(self.level)
     @property
-    def alpha(self): return sketch_alpha(self.level)
+    def alpha(self):
+        "Relative value error bound of the percentiles at this level."
+        return sketch_alpha(self.level)
     @property
-    def nbytes(self): return self.counts.numel() * 8
+    def nbytes(self):
+        "Bytes held by the counts."
+        return self.counts.numel() * 8
     @staticmethod
-    def nbytes_at(level): return (2*_buckets_per_sign(level) + 1) * 8
+    def nbytes_at(level):
+        "Bytes a sketch at `level` holds."
+        return (2*_buckets_per_sign(level) + 1) * 8
 
     def add(self, x, n_nonfinite=None):
         "Count the finite values of `x`; `n_nonfinite` (a device tensor) saves a pass when already known."
@@ -127,6 +135,7 @@ class QuantileSketch:
 
     @classmethod
     def from_counts(cls, counts, level):
+        "A sketch holding a copy of `counts` at `level`."
         res = cls.__new__(cls)
         res.level, res.counts = level, counts.clone()
         return res
