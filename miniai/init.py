@@ -175,7 +175,7 @@ def lsuv_init(model, xb, acts=None, layers=None, tol=1e-3, max_iters=50):
     names = {m: n for n, m in model.named_modules()}
     return [lsuv_layer(model, a, l, xb, tol=tol, max_iters=max_iters, name=names.get(l)) for a, l in zip(acts, layers)]
 
-# %% ../nbs/11_initializing.ipynb #4b642c16
+# %% ../nbs/11_initializing.ipynb #752e46b5
 variant_names = ('baseline', 'kaiming', 'normalized', 'generalrelu', 'lsuv', 'batchnorm')
 
 def make_variant(name, dls, seed=1):
@@ -185,7 +185,7 @@ def make_variant(name, dls, seed=1):
     - `model`: the `nn.Module`, initialised (on the CPU);
     - `cbs`: list of callbacks the variant needs beside `TrainCB`/`DeviceCB`/metrics: the input normalisation
       (`BatchTransformCB`, all but 'baseline' and 'kaiming') and the learning-rate schedule (`SchedCB`);
-    - `lr`: peak learning rate (0.2); `epochs`: default number of epochs (3);
+    - `lr`: peak learning rate (0.2; 0.1 for 'lsuv', which can diverge at 0.2); `epochs`: default number of epochs (3);
     - `opt_func`: optimiser factory (SGD, momentum 0.9); `loss_func`: `F.cross_entropy`;
     - `mod_filter`: what to hook with `ActivationStats` (`block_filter`: the output of every conv block);
     - `sched`: the scheduler factory `SchedCB` in `cbs` already uses (`one_cycle`), for information: do not add it again.
@@ -199,7 +199,7 @@ def make_variant(name, dls, seed=1):
     model = get_model(act, norm=nn.BatchNorm2d if name == 'batchnorm' else None)
     if name == 'lsuv': lsuv_init(model, cbs[0].tfm((next(iter(dls.train))[0],))[0])
     elif name != 'baseline': model.apply(partial(init_weights, leaky=0.1 if level >= 3 else 0.))
-    return dict(model=model, cbs=cbs + [SchedCB(one_cycle)], lr=0.2, epochs=3, opt_func=partial(optim.SGD, momentum=0.9),
+    return dict(model=model, cbs=cbs + [SchedCB(one_cycle)], lr=0.1 if name == 'lsuv' else 0.2, epochs=3, opt_func=partial(optim.SGD, momentum=0.9),
                 loss_func=F.cross_entropy, mod_filter=block_filter, sched=one_cycle)
 
 def variant_learner(variant, dls, cbs=(), lr=None):
