@@ -64,7 +64,7 @@ class Hooks(list):
     def remove(self):
         for h in self: h.remove()
 
-# %% ../nbs/10_activations.ipynb #47f9c75f
+# %% ../nbs/10_activations.ipynb #8b95c4e8
 _BIG = 2.0**64  # non-finite values are counted as multiples of this in a float32 sum
 
 def _as_float(x):
@@ -85,7 +85,7 @@ def moments(x, precise=False, minmax=True):
     total = clean.sum(dtype=torch.float64) if precise else clean.sum().double()
     mean = total / n.clamp(min=1)
     if precise:
-        dev = torch.where(torch.isfinite(x), x - mean, 0.)
+        dev = torch.nan_to_num(x - mean, nan=0., posinf=0., neginf=0.)   # non-finite values stay non-finite: zeroed
         m2 = torch.dot(dev, dev)
     else:
         m2 = (torch.dot(clean, clean).double() - n*mean*mean).clamp(min=0)
