@@ -134,12 +134,12 @@ class GeneralRelu(nn.Module):
         return x
     def extra_repr(self): return f'leak={self.leak}, sub={self.sub}, maxv={self.maxv}'
 
-# %% ../nbs/11_initializing.ipynb #12069b65
+# %% ../nbs/11_initializing.ipynb #62c1092b
 def plot_func(f, start=-5., end=5., steps=100, ax=None, **kwargs):
     "Plot `f` (tensor -> tensor) over `steps` points from `start` to `end`, with the x and y axes drawn; returns the axes."
     if ax is None: _, ax = plt.subplots(figsize=(4, 3))
     x = torch.linspace(start, end, steps)
-    with torch.no_grad(): ax.plot(x, f(x), **kwargs)
+    with torch.no_grad(): ax.plot(x.numpy(), f(x).numpy(), **kwargs)
     ax.grid(True, which='both', ls='--')
     ax.axhline(y=0, color='k', linewidth=0.7); ax.axvline(x=0, color='k', linewidth=0.7)
     return ax
