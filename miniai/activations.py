@@ -20,9 +20,9 @@ from .datasets import *
 from .learner import *
 
 # %% auto #0
-__all__ = ['Hook', 'Hooks', 'moments', 'merge_moments', 'moments_dict', 'count_syncs', 'abs_hist', 'StatsRecorder',
-           'tensor_items', 'skip_reason', 'default_mod_filter', 'HooksCallback', 'append_stats', 'get_hist', 'get_min',
-           'ActivationStats', 'diagnose', 'format_diagnosis']
+__all__ = ['Hook', 'Hooks', 'raw_sums', 'finish_sums', 'moments', 'merge_moments', 'moments_dict', 'count_syncs', 'abs_hist',
+           'StatsRecorder', 'tensor_items', 'skip_reason', 'default_mod_filter', 'HooksCallback', 'append_stats',
+           'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis']
 
 # %% ../nbs/10_activations.ipynb #b217c4f8
 class Hook():
@@ -64,36 +64,65 @@ class Hooks(list):
     def remove(self):
         for h in self: h.remove()
 
-# %% ../nbs/10_activations.ipynb #8b95c4e8
+# %% ../nbs/10_activations.ipynb #97956e90
 _BIG = 2.0**64  # non-finite values are counted as multiples of this in a float32 sum
+_scratch_bufs = {}
+
+def _scratch(n, dtype, device, slot=0):
+    "A reusable flat buffer of `n` elements for this thread, so that the kernel allocates nothing per call."
+    key = (threading.get_ident(), device, dtype, slot)
+    buf = _scratch_bufs.get(key)
+    if buf is None or buf.numel() < n: buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
+    return buf[:n]
 
 def _as_float(x):
-    "Detach, flatten and upcast half types; returns None for non-float or empty tensors."
+    "`x` detached and flat, half types upcast (into a scratch buffer when a copy is needed); None for non-float or empty tensors."
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0: return None
-    x = x.detach().reshape(-1)
-    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    x = x.detach()
+    half = x.dtype in (torch.float16, torch.bfloat16)
+    if x.is_contiguous() and not half: return x.view(-1)
+    # e.g. a convolution's channels-last output: one copy into warm memory, not a fresh allocation
+    buf = _scratch(x.numel(), torch.float32 if half else x.dtype, x.device, 3)
+    return buf.view(x.shape).copy_(x).view(-1)
+
+def raw_sums(x):
+    "float32 `[sum, sum of squares, flagged sum]` of flat float `x`: NaN/Inf count 0 in the first two and 2^64 each in the third."
+    buf = _scratch(x.numel(), x.dtype, x.device, 1)
+    torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf)
+    total, sq = buf.sum(), torch.dot(buf, buf)
+    torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG, out=buf)
+    return torch.stack([total, sq, buf.sum()])
+
+def finish_sums(raw, numel):
+    "`[n, n_nonfinite, mean, m2]` (float64) from `raw_sums` results `raw` (..., 3) of tensors with `numel` values."
+    raw = raw.double()
+    total, sq, flagged = raw.unbind(-1)
+    n_bad = ((flagged - total) / _BIG).round()
+    n = torch.as_tensor(numel, dtype=torch.float64, device=raw.device) - n_bad
+    mean = total / n.clamp(min=1)
+    return torch.stack([n, n_bad, mean, (sq - n*mean*mean).clamp(min=0)], dim=-1)
 
 def moments(x, precise=False, minmax=True):
     "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
     x = _as_float(x)
     if x is None: raise TypeError("moments needs a non-empty floating point tensor")
-    if precise: x = x.double()
-    clean = torch.nan_to_num(x, nan=0., posinf=0., neginf=0.)
-    flagged = torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG)
-    n_bad = ((flagged.sum(dtype=torch.float32 if not precise else None) - clean.sum()) / _BIG).round().double()
-    n = x.numel() - n_bad
-    total = clean.sum(dtype=torch.float64) if precise else clean.sum().double()
-    mean = total / n.clamp(min=1)
-    if precise:
-        dev = torch.nan_to_num(x - mean, nan=0., posinf=0., neginf=0.)   # non-finite values stay non-finite: zeroed
-        m2 = torch.dot(dev, dev)
-    else:
-        m2 = (torch.dot(clean, clean).double() - n*mean*mean).clamp(min=0)
+    if not precise: res = finish_sums(raw_sums(x), x.numel())
+    else:   # float64, and a second pass for the squared deviations from the mean, non-finite ones zeroed
+        if x.dtype != torch.float64: x = _scratch(x.numel(), torch.float64, x.device, 0).copy_(x)
+        buf = _scratch(x.numel(), x.dtype, x.device, 1)
+        total = torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf).sum()
+        n_bad = ((torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG, out=buf).sum() - total) / _BIG).round()
+        n = x.numel() - n_bad
+        mean = total / n.clamp(min=1)
+        torch.sub(x, mean, out=buf).nan_to_num_(nan=0., posinf=0., neginf=0.)
+        res = torch.stack([n, n_bad, mean, torch.dot(buf, buf)])
     if minmax:
-        mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf).min().double()
-        mx = torch.nan_to_num(x, nan=-math.inf, posinf=-math.inf, neginf=-math.inf).max().double()
-    else: mn = mx = torch.full((), math.nan, dtype=torch.float64, device=x.device)
-    return torch.stack([n, n_bad, mean, m2, mn, mx])
+        buf = _scratch(x.numel(), x.dtype, x.device, 1)
+        mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf, out=buf).min().double()
+        mx = torch.nan_to_num(x, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=buf).max().double()
+        extra = torch.stack([mn, mx])
+    else: extra = torch.full((2,), math.nan, dtype=torch.float64, device=x.device)
+    return torch.cat([res, extra])
 
 # %% ../nbs/10_activations.ipynb #8294dfd1
 def merge_moments(a, b):
@@ -142,47 +171,54 @@ class count_syncs(TorchDispatchMode):
         for nm, f in self._orig.items(): setattr(torch.Tensor, nm, f)
         return super().__exit__(*args)
 
-# %% ../nbs/10_activations.ipynb #bcade747
+# %% ../nbs/10_activations.ipynb #be5ff477
+def _strata(n, sample, device):
+    "Start offsets of `sample` equal slices of `n` values (cached)."
+    key = (n, sample, device)
+    base = _scratch_bufs.get(key)
+    if base is None: base = _scratch_bufs[key] = torch.arange(0, (n // sample) * sample, n // sample, device=device)
+    return base
+
 def abs_hist(x, bins=40, hi=10., sample=16384, generator=None):
     "Histogram of `|x|` in `bins` equal bins over [0,`hi`) plus an overflow bin, from `sample` random values (all if `sample` is None or 0)."
     x = _as_float(x)
     n = x.numel()
     if sample and n > sample:
-        stride = n // sample   # stratified: one random value from each of `sample` equal slices
-        idx = torch.randint(0, stride, (sample,), device=x.device, generator=generator)
-        idx += torch.arange(0, stride*sample, stride, device=x.device)
-        x, scale = x[idx], n / sample
-    else: scale = 1.
-    a = torch.nan_to_num(x.abs(), nan=-1., posinf=-1.)          # non-finite -> -1 -> dropped below
-    idx = (a * (bins/hi)).floor_().clamp_(-1, bins).add_(1).long()  # 0: non-finite, 1..bins: bins, bins+1: overflow
+        # stratified: one random value from each of `sample` equal slices
+        idx = torch.randint(0, n // sample, (sample,), device=x.device, generator=generator).add_(_strata(n, sample, x.device))
+        a, scale = x.index_select(0, idx).abs_(), n / sample
+    else: a, scale = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1)), 1.
+    a.nan_to_num_(nan=-1., posinf=-1.).mul_(bins/hi).floor_().clamp_(-1, bins).add_(1)  # 0: non-finite, 1..bins: bins, bins+1: overflow
+    idx = _scratch(n, torch.int32, x.device, 2).copy_(a) if scale == 1. else a.to(torch.int32)
     counts = torch.bincount(idx, minlength=bins+2)[1:].float()
     return counts.mul_(scale) if scale != 1. else counts
 
-# %% ../nbs/10_activations.ipynb #ccda5d91
+# %% ../nbs/10_activations.ipynb #9e7c6ffb
 class StatsRecorder:
     "Per-batch moments and |x| histograms of one tensor stream, kept on its device until read."
     def __init__(self, bins=40, hi=10., sample=16384, exact=False, seed=0):
         fc.store_attr('bins,hi,sample,exact,seed')
         self.reset()
     def reset(self):
-        self._moms, self._hists, self._gen, self._cache = [], [], None, None
+        self._raws, self._numels, self._hists, self._gen, self._cache = [], [], [], None, None
     def _generator(self, device):
-        if self._gen is None or self._gen.device != torch.device(device):
+        if self._gen is None or self._gen.device != device:
             self._gen = torch.Generator(device=device)
             self._gen.manual_seed(self.seed)
         return self._gen
     def record(self, x):
         "Append the statistics of `x` (flattened) to the device buffers: no host sync."
-        self._moms.append(moments(x, minmax=False))
+        x = _as_float(x)
+        self._raws.append(raw_sums(x)); self._numels.append(x.numel())   # finished into moments when read
         gen = None if self.exact else self._generator(x.device)
         self._hists.append(abs_hist(x, self.bins, self.hi, sample=None if self.exact else self.sample, generator=gen))
         self._cache = None
-    def __len__(self): return len(self._moms)
+    def __len__(self): return len(self._raws)
     def _read(self):
         if self._cache is None:
-            if not self._moms:
-                self._cache = (torch.zeros(0, 6, dtype=torch.float64), torch.zeros(0, self.bins+1))
-            else: self._cache = (torch.stack(self._moms).cpu(), torch.stack(self._hists).cpu())
+            if not self._raws:
+                self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1))
+            else: self._cache = (finish_sums(torch.stack(self._raws).cpu(), self._numels), torch.stack(self._hists).cpu())
         return self._cache
     @property
     def moms(self): return self._read()[0]
