@@ -23,7 +23,7 @@ if __name__ == '__main__':
     t_load_dd = timed(load_fashion_mnist)
     dls = fashion_dls(1024)
     batches = list(dls.train)
-    mem = [batches, []]
+    mem = DataLoaders(batches, [])
     res = {'load_fast': [], 'train': [], 'load_course': []}
     for r in range(args.rounds):
         res['load_fast'].append(timed(lambda: one_pass(dls.train)))
