@@ -315,7 +315,7 @@ def get_min(h):
     h1 = torch.stack(list(h.stats[2])).t().float()
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
-# %% ../nbs/10_activations.ipynb #090b6e50
+# %% ../nbs/10_activations.ipynb #f8db8e4d
 class ActivationStats(HooksCallback):
     "Record mean, std and |x| histograms of the outputs of the modules picked by `mod_filter` during training."
     def __init__(self, mod_filter=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
@@ -336,7 +336,7 @@ class ActivationStats(HooksCallback):
 
     def color_dim(self, figsize=(11, 5)):
         "One image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
-        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False)
+        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False, layout='constrained')
         for ax, h in zip(axes.flat, self):
             show_image(get_hist(h), ax, origin='lower', noframe=False, aspect='auto')
             ax.set_xlabel('batch'); ax.set_ylabel('|activation| bin')
@@ -345,7 +345,7 @@ class ActivationStats(HooksCallback):
 
     def dead_chart(self, figsize=(11, 5)):
         "One plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
-        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False)
+        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False, layout='constrained')
         edge = self.rec_kwargs['hi'] / self.rec_kwargs['bins']
         for ax, h in zip(axes.flat, self):
             ax.plot(get_min(h)); ax.set_ylim(0, 1)
@@ -357,7 +357,7 @@ class ActivationStats(HooksCallback):
         "Means and standard deviations per batch for every layer (and of their gradients when recorded)."
         grads = self.grads if grads is None else grads
         rows = 2 if grads else 1
-        fig, axs = plt.subplots(rows, 2, figsize=(figsize[0], figsize[1]*rows), squeeze=False)
+        fig, axs = plt.subplots(rows, 2, figsize=(figsize[0], figsize[1]*rows), squeeze=False, layout='constrained')
         for h in self:
             axs[0, 0].plot(h.stats[0], label=h.name); axs[0, 1].plot(h.stats[1], label=h.name)
             if grads and 'grad.0' in h.recorders:
