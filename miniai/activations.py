@@ -64,7 +64,7 @@ class Hooks(list):
     def remove(self):
         for h in self: h.remove()
 
-# %% ../nbs/10_activations.ipynb #97956e90
+# %% ../nbs/10_activations.ipynb #7742a471
 _BIG = 2.0**64  # non-finite values are counted as multiples of this in a float32 sum
 _scratch_bufs = {}
 
@@ -86,7 +86,7 @@ def _as_float(x):
     return buf.view(x.shape).copy_(x).view(-1)
 
 def raw_sums(x):
-    "float32 `[sum, sum of squares, flagged sum]` of flat float `x`: NaN/Inf count 0 in the first two and 2^64 each in the third."
+    "`[sum, sum of squares, flagged sum]` (in `x`'s dtype) of flat float `x`: NaN/Inf count 0 in the first two and 2^64 each in the third."
     buf = _scratch(x.numel(), x.dtype, x.device, 1)
     torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf)
     total, sq = buf.sum(), torch.dot(buf, buf)
@@ -107,13 +107,10 @@ def moments(x, precise=False, minmax=True):
     x = _as_float(x)
     if x is None: raise TypeError("moments needs a non-empty floating point tensor")
     if not precise: res = finish_sums(raw_sums(x), x.numel())
-    else:   # float64, and a second pass for the squared deviations from the mean, non-finite ones zeroed
+    else:   # the same sums in float64, then a second pass for the squared deviations from the mean, non-finite ones zeroed
         if x.dtype != torch.float64: x = _scratch(x.numel(), torch.float64, x.device, 0).copy_(x)
+        n, n_bad, mean, _ = finish_sums(raw_sums(x), x.numel()).unbind()
         buf = _scratch(x.numel(), x.dtype, x.device, 1)
-        total = torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf).sum()
-        n_bad = ((torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG, out=buf).sum() - total) / _BIG).round()
-        n = x.numel() - n_bad
-        mean = total / n.clamp(min=1)
         torch.sub(x, mean, out=buf).nan_to_num_(nan=0., posinf=0., neginf=0.)
         res = torch.stack([n, n_bad, mean, torch.dot(buf, buf)])
     if minmax:
