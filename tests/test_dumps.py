@@ -1,8 +1,9 @@
 """miniai.dumps across processes: two ranks under torchrun (gloo, CPU) write one folder each, and the
 installed `miniai-compare` command writes one CSV per rank; bad arguments exit 2."""
-import csv, os, socket, subprocess, sys, textwrap
+import csv, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
+from _torchrun import run_two_ranks as torchrun_two_ranks
 
 BIN = Path(sys.executable).parent
 HEADER = ['tensor_name', 'cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB',
@@ -31,11 +32,6 @@ SCRIPT = textwrap.dedent('''
     dist.destroy_process_group()
 ''')
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
 def compare_cmd():
     exe = BIN/'miniai-compare'
     return [str(exe)] if exe.exists() else [sys.executable, '-m', 'miniai.dumps']
@@ -43,10 +39,7 @@ def compare_cmd():
 def run_two_ranks(tmp_path, run_a, run_b):
     script = tmp_path/'dump_run.py'
     script.write_text(SCRIPT)
-    env = {**os.environ, 'OMP_NUM_THREADS': '1'}
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
-           str(script), str(run_a), str(run_b)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    res = torchrun_two_ranks(script, run_a, run_b, timeout=120)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
 
 def test_two_ranks_dump_and_compare(tmp_path):

@@ -1,9 +1,9 @@
 """Two gloo ranks under torchrun, each seeing half the batches, merge (all_reduce) into exactly what one process computes."""
-import json, os, socket, subprocess, sys, textwrap
+import json, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
+from _torchrun import run_two_ranks, torchrun_env
 
-REPO = Path(__file__).resolve().parent.parent
 
 WORKER = textwrap.dedent('''
     import json, os, sys, torch
@@ -45,18 +45,6 @@ WORKER = textwrap.dedent('''
 ''')
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def _env():
-    env = dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO) + os.pathsep + os.environ.get('PYTHONPATH', ''))
-    env.setdefault('MPLBACKEND', 'Agg')
-    return env
-
-
 def _close(a, b, path=''):
     "Recursive comparison: equal structure, ints/strings exactly, floats to 1e-9 relative."
     if isinstance(a, dict):
@@ -75,10 +63,8 @@ def _close(a, b, path=''):
 def test_all_reduce_two_ranks_equals_single_process(tmp_path):
     script = tmp_path / 'worker.py'
     script.write_text(WORKER)
-    subprocess.run([sys.executable, str(script), str(tmp_path), 'single'], check=True, env=_env(), timeout=120)
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', '--nnodes=1',
-           '--master_addr=127.0.0.1', f'--master_port={_free_port()}', str(script), str(tmp_path)]
-    proc = subprocess.run(cmd, env=_env(), timeout=180, capture_output=True, text=True)
+    subprocess.run([sys.executable, str(script), str(tmp_path), 'single'], check=True, env=torchrun_env(), timeout=120)
+    proc = run_two_ranks(script, tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     single = json.loads((tmp_path / 'single.json').read_text())
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(2)]
