@@ -6,7 +6,7 @@
 2. Comparing: `compare_dumps` on two folders of float32 dumps (~1 GB in all by default) against reading every
    file once with `np.load`; peak memory of the comparison measured in a fresh process.
 
-Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 10] [--bs 256] [--repeats 5] [--compare-mb 1024]
+Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 30] [--bs 256] [--repeats 7] [--threads N] [--compare-mb 1024]
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -24,18 +24,20 @@ def timed(f):
         finally: IN_HOOKS[0] += time.perf_counter() - t0
     return _f
 
-def seed_style_hooks(model, path, target='Conv2d'):
-    "The seed tool's approach: synchronous np.save in the forward hook and in the parameter hooks."
+def seed_style_hooks(model, path, target='Conv2d', max_t=-1, max_g=-1):
+    "The seed tool's approach: synchronous np.save in the forward hook and in the parameter hooks (with its limits)."
     tdir, gdir = Path(path)/'tensors'/'rank_0', Path(path)/'grads'/'rank_0'
     tdir.mkdir(parents=True); gdir.mkdir(parents=True)
     state = dict(t=0, g=0)
     handles = []
     @timed
     def fwd(name, mod, inp, out):
+        if 0 <= max_t <= state['t']: return
         np.save(tdir/f"tensor_idx_{state['t']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", out.detach().cpu().numpy())
         state['t'] += 1
     @timed
     def grad(name, g):
+        if 0 <= max_g <= state['g']: return
         np.save(gdir/f"tensor_idx_{state['g']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", g.detach().cpu().numpy())
         state['g'] += 1
     for n, m in model.named_modules():
@@ -51,19 +53,19 @@ def train(model, batches):
         F.cross_entropy(model(xb), yb).backward()
         opt.step(); opt.zero_grad()
 
-def time_mode(mode, batches, tmp):
+def time_mode(mode, batches, tmp, limits=(-1, -1)):
     from miniai.learner import baseline_cnn
     from miniai.dumps import SavingHook
     torch.manual_seed(0)
     model = baseline_cnn()
     path = Path(tempfile.mkdtemp(dir=tmp))
     handles, hook = [], None
-    if mode == 'seed': handles = seed_style_hooks(model, path)
+    if mode == 'seed': handles = seed_style_hooks(model, path, 'Conv2d', *limits)
     elif mode == 'miniai':
         if not hasattr(SavingHook, '_timed'):   # the hooks bind these methods when they are registered
             SavingHook._save_output, SavingHook._save_grad = timed(SavingHook._save_output), timed(SavingHook._save_grad)
             SavingHook._timed = True
-        hook = SavingHook(model, path, 'Conv2d', max_saved_tensors=-1, max_saved_grads=-1)
+        hook = SavingHook(model, path, 'Conv2d', max_saved_tensors=limits[0], max_saved_grads=limits[1])
     IN_HOOKS[0] = 0.
     t0, c0 = time.perf_counter(), time.process_time()
     train(model, batches)
@@ -75,19 +77,21 @@ def time_mode(mode, batches, tmp):
     shutil.rmtree(path)
     return t_loop, t_all, cpu, IN_HOOKS[0], n_bytes
 
-def bench_saving(args, tmp):
+def bench_saving(args, tmp, limits=(-1, -1)):
     torch.manual_seed(1)
     batches = [(torch.rand(args.bs, 1, 28, 28), torch.randint(0, 10, (args.bs,))) for _ in range(args.steps)]
     time_mode('none', batches[:2], tmp)   # warm-up
     res = {m: [] for m in ('none', 'seed', 'miniai')}
     for _ in range(args.repeats):
-        for m in res: res[m].append(time_mode(m, batches, tmp))
+        for m in res: res[m].append(time_mode(m, batches, tmp, limits))
     # the minimum over interleaved repeats: the run least disturbed by other processes
     best = {m: tuple(min(r[i] for r in v) for i in range(4)) + (v[0][4],) for m, v in res.items()}
     base, base_cpu = best['none'][0], best['none'][2]
     added_seed = best['seed'][0] - base
     added_loop, added_all = best['miniai'][0] - base, best['miniai'][1] - base
-    print(f"## saving: baseline_cnn, bs={args.bs}, {args.steps} steps, 5 Conv2d outputs + 10 parameter grads per step "
+    what = ("every step: 5 Conv2d outputs + 10 parameter grads" if limits[0] < 0 else
+            f"the first {limits[0]} Conv2d outputs and {limits[1]} parameter grads (the default limits), then training goes on")
+    print(f"## saving: baseline_cnn, bs={args.bs}, {args.steps} steps, {what} "
           f"({best['miniai'][4]/2**20:.0f} MB written), best of {args.repeats} interleaved runs, torch threads={torch.get_num_threads()}, "
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"{'':30}{'wall s':>9}{'added':>9}{'in hooks':>10}{'CPU s (all threads)':>21}")
@@ -145,12 +149,13 @@ def bench_compare(args, tmp):
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser()
-    p.add_argument('--steps', type=int, default=10)
+    p.add_argument('--steps', type=int, default=30)
     p.add_argument('--bs', type=int, default=256)
-    p.add_argument('--repeats', type=int, default=5)
+    p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--compare-mb', type=int, default=1024)
     p.add_argument('--threads', type=int, default=None, help='torch intra-op threads for the saving bench (default: torch default)')
     p.add_argument('--skip-saving', action='store_true')
+    p.add_argument('--limits-only', action='store_true', help='only the run with the default limits')
     p.add_argument('--skip-compare', action='store_true')
     p.add_argument('--compare-only', default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -158,6 +163,8 @@ if __name__ == '__main__':
     if args.threads: torch.set_num_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix='bench_dumps_')
     try:
-        if not args.skip_saving: bench_saving(args, tmp)
+        if not args.skip_saving:
+            if not args.limits_only: bench_saving(args, tmp)
+            bench_saving(args, tmp, limits=(50, 100))
         if not args.skip_compare: bench_compare(args, tmp)
     finally: shutil.rmtree(tmp, ignore_errors=True)
