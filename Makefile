@@ -39,4 +39,4 @@ test: install data
 	$(PY) -m pytest tests -q -rA --durations=15
 
 bench: install data
-	$(PY) bench/run_all.py
+	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -16,12 +16,13 @@ Two modes:
                     reported as a share of an unrecorded batch and, the goal's measure, of one whole epoch
                     (added time x training batches / median time of a no-hook epoch with validation, same run).
                     --rounds epochs per configuration.
-  --mode epoch      whole epochs (59 training batches + validation), each configuration once per round, interleaved;
+  --mode epoch      whole epochs (59 training batches + validation), each configuration once per round, in a new
+                    random order each round;
                     the overhead is the median over rounds of (that round's time / that round's no-hook time).
                     On this VM round-to-round noise is +-10%, too much to resolve a few percent.
 Usage: .venv/bin/python bench/bench_activations.py [--mode alternate --rounds 3 | --mode epoch --rounds 7]
 """
-import argparse, statistics, time, json
+import argparse, statistics, time, json, random
 import torch, torch.nn.functional as F, fastcore.all as fc
 from torch import nn
 from miniai.datasets import fashion_dls
@@ -96,9 +97,11 @@ def run_alternate(dls, kinds, rounds):
 
 def run_epoch(dls, kinds, rounds):
     for k in kinds: fit_time(dls, k)  # warm-up: scratch buffers, sample tables, allocator
-    times = {k: [] for k in kinds}
+    times, rng = {k: [] for k in kinds}, random.Random(0)
     for r in range(rounds):
-        for k in kinds: times[k].append(fit_time(dls, k))
+        order = kinds[:]
+        rng.shuffle(order)   # a new order each round: no configuration always follows the same one
+        for k in order: times[k].append(fit_time(dls, k))
     # each round's ratio to that round's no-hook epoch, then the median: steadier than a ratio of medians on a noisy VM
     ratios = {k: [t/n for t, n in zip(times[k], times['none'])] for k in kinds}
     print(f"{'config':<8}{'epoch s':>9}{'overhead':>10}{'  quartiles':>12}")
