@@ -168,7 +168,7 @@ class count_syncs(TorchDispatchMode):
         for nm, f in self._orig.items(): setattr(torch.Tensor, nm, f)
         return super().__exit__(*args)
 
-# %% ../nbs/10_activations.ipynb #157d1259
+# %% ../nbs/10_activations.ipynb #e5ce7112
 _TABLE_ROWS = 32
 _rng = random.Random(0)   # abs_hist's default row picker: private, so that the user's `random` stream is untouched
 
@@ -178,9 +178,9 @@ def _sample_table(n, sample, device):
     key = ('strata', stride, sample, device)
     tab = _scratch_bufs.get(key)
     if tab is None:
-        g = torch.Generator().manual_seed(stride)   # fixed seed: the same indices on every device and run
-        off = torch.randint(0, stride, (_TABLE_ROWS, sample), generator=g, dtype=torch.int32)
-        tab = _scratch_bufs[key] = off.add_(torch.arange(0, stride*sample, stride, dtype=torch.int32)).to(device)
+        g = torch.Generator(device=device).manual_seed(stride)   # fixed seed, drawn on the device: no host copy
+        off = torch.randint(0, stride, (_TABLE_ROWS, sample), generator=g, dtype=torch.int32, device=device)
+        tab = _scratch_bufs[key] = off.add_(torch.arange(0, stride*sample, stride, dtype=torch.int32, device=device))
     return tab
 
 def _sample(x, sample, rng):
@@ -192,10 +192,15 @@ def _bin_index(a, bins, hi):
     # |a|*bins/hi + 1 truncated to an integer is the bin; clamped for the overflow; NaN and Inf to 0
     return a.abs_().mul_(bins/hi).add_(1.).nan_to_num_(nan=0., posinf=0.).clamp_(max=bins+1)
 
+def _count(idx, n):
+    "Counts of the values 0..`n`-1 in int tensor `idx`. On a GPU `bincount` reads the maximum back to the host, so there we add ones."
+    if idx.device.type == 'cpu': return torch.bincount(idx, minlength=n)
+    return torch.zeros(n, dtype=torch.int64, device=idx.device).index_add_(0, idx, torch.ones_like(idx, dtype=torch.int64))
+
 def _bin_counts(a, bins, hi, idx=None):
     "Raw bincounts (`bins`+2, see `_bin_index`) of the values of `a`, which is overwritten; `idx`: an int32 scratch buffer."
     a = _bin_index(a, bins, hi)
-    return torch.bincount(a.to(torch.int32) if idx is None else idx.copy_(a), minlength=bins+2)
+    return _count(a.to(torch.int32) if idx is None else idx.copy_(a), bins+2)
 
 def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
     "Histogram of `|x|` in `bins` equal bins over [0,`hi`) plus an overflow bin, from `sample` random values (all if `sample` is None or 0)."
@@ -205,7 +210,7 @@ def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
     a = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
     return _bin_counts(a, bins, hi, _scratch(n, torch.int32, x.device, 2))[1:].float()
 
-# %% ../nbs/10_activations.ipynb #0d0ea75e
+# %% ../nbs/10_activations.ipynb #e7688c6a
 class StatsRecorder:
     "Per-batch moments and |x| histograms of one tensor stream, kept on its device until read."
     flush_every = 16   # pending samples (64 KB each) processed together
@@ -244,7 +249,7 @@ class StatsRecorder:
             c = torch.nan_to_num(a, nan=0., posinf=0., neginf=0.)
             self._clean.append(torch.stack([c.sum(1), torch.linalg.vecdot(c, c)], 1))
             idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
-            self._counts.append(torch.bincount(idx.view(-1), minlength=(j-i)*k).view(j-i, k))
+            self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
             i = j
         self._pending = []
     def __len__(self): return len(self._numels)
