@@ -168,19 +168,19 @@ class count_syncs(TorchDispatchMode):
         for nm, f in self._orig.items(): setattr(torch.Tensor, nm, f)
         return super().__exit__(*args)
 
-# %% ../nbs/10_activations.ipynb #e5ce7112
+# %% ../nbs/10_activations.ipynb #5b7c3994
 _TABLE_ROWS = 32
 _rng = random.Random(0)   # abs_hist's default row picker: private, so that the user's `random` stream is untouched
 
 def _sample_table(n, sample, device):
-    "`_TABLE_ROWS` stratified random index sets (int32, one row each) for `n` values: row[j] lies in the j-th of `sample` equal slices."
+    "`_TABLE_ROWS` stratified random index sets (int64, one row each) for `n` values: row[j] lies in the j-th of `sample` equal slices."
     stride = n // sample
     key = ('strata', stride, sample, device)
     tab = _scratch_bufs.get(key)
     if tab is None:
         g = torch.Generator(device=device).manual_seed(stride)   # fixed seed, drawn on the device: no host copy
-        off = torch.randint(0, stride, (_TABLE_ROWS, sample), generator=g, dtype=torch.int32, device=device)
-        tab = _scratch_bufs[key] = off.add_(torch.arange(0, stride*sample, stride, dtype=torch.int32, device=device))
+        off = torch.randint(0, stride, (_TABLE_ROWS, sample), generator=g, device=device)   # int64: index_select's own type
+        tab = _scratch_bufs[key] = off.add_(torch.arange(0, stride*sample, stride, device=device))
     return tab
 
 def _sample(x, sample, rng):
