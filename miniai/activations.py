@@ -64,7 +64,7 @@ class Hooks(list):
     def remove(self):
         for h in self: h.remove()
 
-# %% ../nbs/10_activations.ipynb #7742a471
+# %% ../nbs/10_activations.ipynb #3d0bcc1a
 _BIG = 2.0**64  # non-finite values are counted as multiples of this in a float32 sum
 _scratch_bufs = {}
 
@@ -93,14 +93,18 @@ def raw_sums(x):
     torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG, out=buf)
     return torch.stack([total, sq, buf.sum()])
 
+def _moments_from(n, n_bad, total, sq):
+    "`[n, n_nonfinite, mean, m2]` from the count, NaN/Inf count, sum and sum of squares of the finite values."
+    mean = total / n.clamp(min=1)
+    return torch.stack([n, n_bad, mean, (sq - n*mean*mean).clamp(min=0)], dim=-1)
+
 def finish_sums(raw, numel):
     "`[n, n_nonfinite, mean, m2]` (float64) from `raw_sums` results `raw` (..., 3) of tensors with `numel` values."
     raw = raw.double()
     total, sq, flagged = raw.unbind(-1)
     n_bad = ((flagged - total) / _BIG).round()
     n = torch.as_tensor(numel, dtype=torch.float64, device=raw.device) - n_bad
-    mean = total / n.clamp(min=1)
-    return torch.stack([n, n_bad, mean, (sq - n*mean*mean).clamp(min=0)], dim=-1)
+    return _moments_from(n, n_bad, total, sq)
 
 def moments(x, precise=False, minmax=True):
     "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
@@ -210,7 +214,7 @@ def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
     a = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
     return _bin_counts(a, bins, hi, _scratch(n, torch.int32, x.device, 2))[1:].float()
 
-# %% ../nbs/10_activations.ipynb #e7688c6a
+# %% ../nbs/10_activations.ipynb #a57ab560
 class StatsRecorder:
     "Per-batch moments and |x| histograms of one tensor stream, kept on its device until read."
     flush_every = 16   # pending samples (64 KB each) processed together
@@ -272,9 +276,7 @@ class StatsRecorder:
         share = n / (drawn - bad_drawn).clamp(min=1)   # the finite values each clean sample value stands for
         total = torch.where(estimated, clean[:, 0]*share, raw[:, 0])
         sq = torch.where(estimated, clean[:, 1]*share, raw[:, 1])
-        mean = total / n.clamp(min=1)
-        moms = torch.stack([n, n_bad, mean, (sq - n*mean*mean).clamp(min=0)], dim=-1)
-        return moms, counts[:, 1:].mul_(scale[:, None]).float(), estimated
+        return _moments_from(n, n_bad, total, sq), counts[:, 1:].mul_(scale[:, None]).float(), estimated
     def _read(self):
         if self._cache is None:
             if not self._numels:

@@ -22,9 +22,9 @@ from .activations import Hook, moments
 # %% auto #0
 __all__ = ['INDEX', 'LayerNotFoundError', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'BaseDebugger',
            'ForwardDebugger', 'output_error', 'as_float', 'moment_stats', 'FeatureMapDebugger', 'AttentionDebugger',
-           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'to_host', 'nbytes', 'atomic_write',
-           'encode_records', 'decode_records', 'write_page', 'read_index', 'iter_records', 'load_pages',
-           'build_debugger', 'SequentialDebugger', 'DebugCB']
+           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'to_host', 'nbytes', 'encode_records',
+           'decode_records', 'write_page', 'read_index', 'iter_records', 'load_pages', 'build_debugger',
+           'SequentialDebugger', 'DebugCB']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 class LayerNotFoundError(KeyError):
@@ -280,17 +280,8 @@ def nbytes(o):
     if isinstance(o, str): return len(o)
     return 8
 
-# %% ../nbs/10c_debuggers.ipynb #354c00b6
-def atomic_write(path, write):
-    "Write `path` by calling `write(f)` on a binary temp file in the same folder, then renaming it over `path`."
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
-    try:
-        with os.fdopen(fd, 'wb') as f: write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
-        raise
+# %% ../nbs/10c_debuggers.ipynb #e8095dd3
+from .dumps import atomic_write   # lesson 10b's: `write(f)` on a temp file beside `path`, then renamed over it
 
 def _encode(o, arrays):
     if isinstance(o, torch.Tensor):
