@@ -6,13 +6,14 @@ Docs: https://miniai.github.io/miniai/datasets.html.md"""
 
 # %% ../nbs/05_datasets.ipynb #ac103bed
 from __future__ import annotations
-import gzip, hashlib, math, os, struct, warnings
+import gzip, hashlib, json, math, os, shutil, struct, warnings
 from pathlib import Path
 from operator import itemgetter
 from itertools import zip_longest
 
 import numpy as np, torch, matplotlib.pyplot as plt
 import fastcore.all as fc
+from filelock import FileLock
 from torch.utils.data import DataLoader, default_collate
 
 # `datasets` imports tqdm.auto, which warns in notebooks without ipywidgets; the bars still work
@@ -61,12 +62,18 @@ _fashion_files = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-uby
                   'test':  ('t10k-images-idx3-ubyte.gz',  't10k-labels-idx1-ubyte.gz')}
 debian_fashion_path = Path('/usr/share/datasets/fashion-mnist')
 
+def _missing_files(folder): return [f for fs in _fashion_files.values() for f in fs if not (Path(folder)/f).is_file()]
+
 def fashion_mnist_dir(path=None) -> Path|None:
-    "The first folder among `path`, `$MINIAI_DATA` and Debian's that holds the FashionMNIST IDX files, else None."
-    for p in (path, os.environ.get('MINIAI_DATA'), debian_fashion_path):
-        if p and all((Path(p)/f).exists() for fs in _fashion_files.values() for f in fs): return Path(p)
-        if p is path and path is not None: raise FileNotFoundError(
-            f"path={str(path)!r} does not hold the FashionMNIST files {[f for fs in _fashion_files.values() for f in fs]}")
+    "The folder holding the FashionMNIST IDX files: `path`, else `$MINIAI_DATA`, else Debian's, else None."
+    fixes = {'path': "pass a folder that holds the four IDX .gz files, or leave path=None",
+             'MINIAI_DATA': f"copy the four IDX .gz files there, or unset MINIAI_DATA to use {debian_fashion_path}"}
+    for p, name in ((path, 'path'), (os.environ.get('MINIAI_DATA'), 'MINIAI_DATA'), (debian_fashion_path, None)):
+        if not p: continue
+        missing = _missing_files(p)
+        if not missing: return Path(p)
+        if name: raise FileNotFoundError(
+            f"{name}={str(p)!r}: the folder does not hold the FashionMNIST files; missing {missing}: {fixes[name]}")
     return None
 
 def cache_dir() -> Path:
@@ -93,9 +100,12 @@ def _fingerprint(folder):
     return h.hexdigest()[:16]
 
 # %% ../nbs/05_datasets.ipynb #0cfb25fa
+def _fashion_features():
+    import datasets as hfd
+    return hfd.Features({'image': hfd.Image(), 'label': hfd.ClassLabel(names=fashion_classes)})
+
 def _build_dd(folder):
     import datasets as hfd
-    features = hfd.Features({'image': hfd.Image(), 'label': hfd.ClassLabel(names=fashion_classes)})
     def split_ds(split):
         imgs, lbls = read_fashion_split(folder, split)
         # Arrow stores the image as PNG bytes, exactly what the hub's copy holds
@@ -104,11 +114,96 @@ def _build_dd(folder):
         def png(a):
             buf = io.BytesIO(); Image.fromarray(a).save(buf, format='PNG'); return buf.getvalue()
         return hfd.Dataset.from_dict({'image': [{'bytes': png(a), 'path': None} for a in imgs], 'label': lbls.tolist()},
-                                     features=features)
+                                     features=_fashion_features())
     return hfd.DatasetDict({s: split_ds(s) for s in _fashion_files})
 
-def load_fashion_mnist(path=None):
-    "FashionMNIST as a `datasets.DatasetDict` (`train`, `test`; `image`, `label`), built once from IDX files and cached."
+# %% ../nbs/05_datasets.ipynb #3c1a9e57
+_cache_version = 2        # part of the cache folder's name, so a new layout never reads (or deletes) an old one
+_manifest_name = 'miniai_manifest.json'
+_hash_always_below = 1<<20  # files smaller than this (the JSON files) are checksummed on every load, bigger ones by size
+
+def _sha256(fn):
+    h = hashlib.sha256()
+    with open(fn, 'rb') as f:
+        for chunk in iter(lambda: f.read(1<<20), b''): h.update(chunk)
+    return h.hexdigest()
+
+def _strict_json(text):
+    "Parse JSON, refusing NaN and Infinity."
+    def _refuse(c): raise ValueError(f"{c} is not valid JSON")
+    return json.loads(text, parse_constant=_refuse)
+
+def _write_atomic(fn, data:bytes):
+    fn = Path(fn)
+    tmp = fn.with_name(f'.{fn.name}.tmp{os.getpid()}')
+    tmp.write_bytes(data)
+    os.replace(tmp, fn)
+
+def _write_manifest(dest, rows, source):
+    "Record the size and sha256 of every file in `dest`, then write the manifest, last and atomically."
+    files = {p.relative_to(dest).as_posix(): {'size': p.stat().st_size, 'sha256': _sha256(p)}
+             for p in sorted(dest.rglob('*')) if p.is_file()}
+    manifest = {'cache': 'fashion_mnist', 'version': _cache_version, 'source': str(source), 'rows': rows, 'files': files}
+    _write_atomic(dest/_manifest_name, json.dumps(manifest, indent=1, allow_nan=False).encode())
+
+def _files_problem(dest, verify=False):
+    "The manifest of `dest` and why its files cannot be trusted (None if they can): sizes always, checksums of small files, of all with `verify`."
+    try: manifest = _strict_json((dest/_manifest_name).read_text())
+    except FileNotFoundError: return None, f"has no {_manifest_name}, so its build never finished"
+    except ValueError as e: return None, f"has an unreadable {_manifest_name} ({e})"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get('files'), dict) or not isinstance(manifest.get('rows'), dict):
+        return None, f"has a {_manifest_name} without 'files' and 'rows'"
+    for name, info in manifest['files'].items():
+        fn = dest/name
+        if not fn.is_file(): return manifest, f"is missing {name}"
+        size = fn.stat().st_size
+        if size != info['size']: return manifest, f"has {name} of {size:,} bytes where {info['size']:,} were written (truncated or overwritten)"
+        if (verify or size < _hash_always_below) and _sha256(fn) != info['sha256']:
+            return manifest, f"has {name} changed since it was written (its sha256 does not match the manifest)"
+    return manifest, None
+
+def _dd_problem(dd, rows):
+    "Why DatasetDict `dd` is not the FashionMNIST that was built (None if it is): splits, row counts, features, label range."
+    import pyarrow.compute as pc
+    if list(dd) != list(rows): return f"holds the splits {list(dd)}, not {list(rows)}"
+    for split, n in rows.items():
+        ds = dd[split]
+        if ds.num_rows != n: return f"has {ds.num_rows:,} rows in {split!r} where {n:,} were written"
+        if ds.features != _fashion_features(): return f"has the features {ds.features} in {split!r}"
+        labels = ds.data.column('label')
+        lo_hi = pc.min_max(labels)
+        if labels.null_count or (n and not (0 <= lo_hi['min'].as_py() and lo_hi['max'].as_py() < len(fashion_classes))):
+            return f"has labels outside 0-{len(fashion_classes)-1} in {split!r}"
+    return None
+
+def _open_cache(dest, verify=False):
+    "The DatasetDict cached in folder `dest`, or None and why it cannot be used (None too when there is no cache yet)."
+    import datasets as hfd
+    if not dest.exists(): return None, None
+    manifest, why = _files_problem(dest, verify)
+    if why: return None, why
+    try: dd = hfd.load_from_disk(str(dest))
+    except Exception as e: return None, f"cannot be read ({type(e).__name__}: {e})"
+    why = _dd_problem(dd, manifest['rows'])
+    return (None, why) if why else (dd, None)
+
+
+# %% ../nbs/05_datasets.ipynb #0f5b2d84
+def _leftovers(dest): return sorted(p for p in dest.parent.glob(dest.name + '.*') if p.is_dir())
+
+def _build_cache(folder, dest):
+    "Build FashionMNIST from `folder` into a temporary folder beside `dest`, with its manifest, and rename it to `dest`."
+    import datasets as hfd
+    dd = _build_dd(folder)
+    tmp = dest.with_name(f'{dest.name}.tmp{os.getpid()}')
+    hfd.disable_progress_bars()
+    try: dd.save_to_disk(str(tmp))
+    finally: hfd.enable_progress_bars()
+    _write_manifest(tmp, {k: ds.num_rows for k, ds in dd.items()}, folder)
+    os.replace(tmp, dest)
+
+def load_fashion_mnist(path=None, verify=False):
+    "FashionMNIST as a `datasets.DatasetDict` (`train`, `test`; `image`, `label`), built once from IDX files and cached; a broken cache is rebuilt."
     import datasets as hfd
     folder = fashion_mnist_dir(path)
     if folder is None:
@@ -117,17 +212,25 @@ def load_fashion_mnist(path=None):
             raise FileNotFoundError("FashionMNIST not found. Install Debian's package (`apt-get install dataset-fashion-mnist`), "
                 "or point the environment variable MINIAI_DATA (or `path=`) at a folder holding the four IDX .gz files, "
                 f"or allow access to the Hugging Face hub's 'fashion_mnist'. (The hub said: {type(e).__name__}: {e})") from e
-    dest = cache_dir()/f'fashion_mnist-{_fingerprint(folder)}'
-    if (dest/'dataset_dict.json').exists():
-        return hfd.load_from_disk(str(dest))
-    dd = _build_dd(folder)
-    tmp = dest.with_name(dest.name + f'.tmp{os.getpid()}')
-    hfd.disable_progress_bars()
-    try: dd.save_to_disk(str(tmp))
-    finally: hfd.enable_progress_bars()
-    try: os.replace(tmp, dest)
-    except OSError: shutil.rmtree(tmp, ignore_errors=True)  # another process won the race; its copy is the same
-    return hfd.load_from_disk(str(dest))
+    dest = cache_dir()/f'fashion_mnist-v{_cache_version}-{_fingerprint(folder)}'
+    dd, why = _open_cache(dest, verify)
+    if dd is not None: return dd
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f'{dest}.lock'):  # one process builds; the others wait here, then find its copy
+        dd, why = _open_cache(dest, verify)
+        if dd is not None: return dd
+        leftovers = _leftovers(dest)
+        if why or leftovers:
+            found = f"the FashionMNIST cache {dest} {why}" if why else f"an interrupted build left {[p.name for p in leftovers]} in {dest.parent}"
+            warnings.warn(f"miniai: {found}; rebuilding {dest} from {folder}", stacklevel=2)
+        if dest.exists(): leftovers.append(dest.rename(dest.with_name(f'{dest.name}.broken{os.getpid()}')))
+        for p in leftovers: shutil.rmtree(p, ignore_errors=True)
+        _build_cache(folder, dest)
+        dd, why = _open_cache(dest)
+    if dd is None: raise OSError(f"miniai rebuilt the FashionMNIST cache {dest} from {folder} but it {why}; "
+                                 "check the disk (full? shared with a cleaner?) or point MINIAI_CACHE at another folder")
+    return dd
+
 
 # %% ../nbs/05_datasets.ipynb #b48d7368
 class TensorDictDataset(torch.utils.data.Dataset):
@@ -151,14 +254,25 @@ def to_float_image(b, image='image'):
     b[image] = (x.unsqueeze(-3) if x.ndim in (2, 3) else x).float().div_(255)
     return b
 
+def _load_decoded(fn, n):
+    "The uint8 images (n,H,W) cached in `fn` (memory-mapped), or None and why they cannot be used."
+    try: imgs = np.load(fn, mmap_mode='r', allow_pickle=False)
+    except (ValueError, OSError, EOFError) as e: return None, f"cannot be read ({e})"
+    if imgs.dtype != np.uint8 or imgs.ndim != 3 or len(imgs) != n: return None, f"holds {imgs.dtype} {imgs.shape}, not {n:,} uint8 images"
+    if fn.stat().st_size != imgs.offset + imgs.nbytes: return None, f"is {fn.stat().st_size:,} bytes, not {imgs.offset + imgs.nbytes:,}"
+    return imgs, None
+
 def _decoded_images(ds):
-    "All images of HF dataset `ds` as one uint8 array, cached by the dataset's fingerprint."
+    "All images of HF dataset `ds` as one uint8 array, cached as `.npy` by the dataset's fingerprint; a damaged file is decoded again."
     fn = cache_dir()/'decoded'/f'{ds._fingerprint}.npy'
-    if fn.exists(): return np.load(fn, mmap_mode='r')
+    if fn.exists():
+        imgs, why = _load_decoded(fn, len(ds))
+        if imgs is not None: return imgs
+        warnings.warn(f"miniai: the decoded images {fn} {why}; decoding them again", stacklevel=3)
     imgs = np.stack([np.asarray(im) for im in ds.with_format(None)['image']])
     fn.parent.mkdir(parents=True, exist_ok=True)
     tmp = fn.with_suffix(f'.tmp{os.getpid()}.npy')
-    np.save(tmp, imgs); os.replace(tmp, fn)
+    np.save(tmp, imgs, allow_pickle=False); os.replace(tmp, fn)
     return imgs
 
 def tensor_dd(dd, tfm=to_float_image, x='image', y='label'):
