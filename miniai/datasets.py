@@ -104,10 +104,11 @@ def _fashion_features():
     import datasets as hfd
     return hfd.Features({'image': hfd.Image(), 'label': hfd.ClassLabel(names=fashion_classes)})
 
-def _build_dd(folder):
+def _build_dd(splits):
+    "A DatasetDict from `splits`, a dict of (images, labels) as `read_fashion_split` returns them."
     import datasets as hfd
     def split_ds(split):
-        imgs, lbls = read_fashion_split(folder, split)
+        imgs, lbls = splits[split]
         # Arrow stores the image as PNG bytes, exactly what the hub's copy holds
         from PIL import Image
         import io
@@ -115,7 +116,7 @@ def _build_dd(folder):
             buf = io.BytesIO(); Image.fromarray(a).save(buf, format='PNG'); return buf.getvalue()
         return hfd.Dataset.from_dict({'image': [{'bytes': png(a), 'path': None} for a in imgs], 'label': lbls.tolist()},
                                      features=_fashion_features())
-    return hfd.DatasetDict({s: split_ds(s) for s in _fashion_files})
+    return hfd.DatasetDict({s: split_ds(s) for s in splits})
 
 # %% ../nbs/05_datasets.ipynb #3c1a9e57
 _cache_version = 2        # part of the cache folder's name, so a new layout never reads (or deletes) an old one
@@ -191,10 +192,10 @@ def _open_cache(dest, verify=False):
 # %% ../nbs/05_datasets.ipynb #0f5b2d84
 def _leftovers(dest): return sorted(p for p in dest.parent.glob(dest.name + '.*') if p.is_dir())
 
-def _build_cache(folder, dest):
-    "Build FashionMNIST from `folder` into a temporary folder beside `dest`, with its manifest, and rename it to `dest`."
+def _build_cache(splits, folder, dest):
+    "Build FashionMNIST from `splits` (read from `folder`) into a temporary folder beside `dest`, with its manifest, and rename it to `dest`."
     import datasets as hfd
-    dd = _build_dd(folder)
+    dd = _build_dd(splits)
     tmp = dest.with_name(f'{dest.name}.tmp{os.getpid()}')
     hfd.disable_progress_bars()
     try: dd.save_to_disk(str(tmp))
@@ -215,6 +216,7 @@ def load_fashion_mnist(path=None, verify=False):
     dest = cache_dir()/f'fashion_mnist-v{_cache_version}-{_fingerprint(folder)}'
     dd, why = _open_cache(dest, verify)
     if dd is not None: return dd
+    splits = {s: read_fashion_split(folder, s) for s in _fashion_files}  # bad IDX files fail here, before anything is written
     dest.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f'{dest}.lock'):  # one process builds; the others wait here, then find its copy
         dd, why = _open_cache(dest, verify)
@@ -225,7 +227,7 @@ def load_fashion_mnist(path=None, verify=False):
             warnings.warn(f"miniai: {found}; rebuilding {dest} from {folder}", stacklevel=2)
         if dest.exists(): leftovers.append(dest.rename(dest.with_name(f'{dest.name}.broken{os.getpid()}')))
         for p in leftovers: shutil.rmtree(p, ignore_errors=True)
-        _build_cache(folder, dest)
+        _build_cache(splits, folder, dest)
         dd, why = _open_cache(dest)
     if dd is None: raise OSError(f"miniai rebuilt the FashionMNIST cache {dest} from {folder} but it {why}; "
                                  "check the disk (full? shared with a cleaner?) or point MINIAI_CACHE at another folder")
