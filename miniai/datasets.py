@@ -21,8 +21,9 @@ warnings.filterwarnings('ignore', message='IProgress not found')
 
 # %% auto #0
 __all__ = ['fashion_classes', 'debian_fashion_path', 'IDXError', 'read_idx', 'write_idx', 'fashion_mnist_dir', 'cache_dir',
-           'read_fashion_split', 'load_fashion_mnist', 'TensorDictDataset', 'to_float_image', 'tensor_dd', 'inplace',
-           'collate_dict', 'get_dls', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots', 'get_grid', 'show_images']
+           'read_fashion_split', 'load_fashion_mnist', 'add_to_hf_cache', 'TensorDictDataset', 'to_float_image',
+           'tensor_dd', 'inplace', 'collate_dict', 'get_dls', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots',
+           'get_grid', 'show_images']
 
 # %% ../nbs/05_datasets.ipynb #5a01b6df
 class IDXError(ValueError):
@@ -233,6 +234,24 @@ def load_fashion_mnist(path=None, verify=False):
                                  "check the disk (full? shared with a cleaner?) or point MINIAI_CACHE at another folder")
     return dd
 
+
+# %% ../nbs/05_datasets.ipynb #b2d4f6a8
+def add_to_hf_cache(dd=None, cache_dir=None) -> Path:
+    "Let `datasets.load_dataset('fashion_mnist')` find miniai's copy offline: `datasets` prepares its own cache from it (about 37 MB, once); returns that folder."
+    import datasets as hfd, tempfile
+    root = Path(cache_dir or hfd.config.HF_DATASETS_CACHE)/'fashion_mnist'
+    done = sorted(root.glob('*/*/*/dataset_info.json'))
+    if done: return done[-1].parent
+    dd = load_fashion_mnist() if dd is None else dd
+    hfd.disable_progress_bars()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            repo = Path(tmp)/'fashion_mnist'/'data'   # the folder's name is the name `load_dataset` will know it by
+            repo.mkdir(parents=True)
+            for split, ds in dd.items(): ds.to_parquet(str(repo/f'{split}-00000-of-00001.parquet'))
+            built = hfd.load_dataset(str(repo.parent), cache_dir=cache_dir)
+    finally: hfd.enable_progress_bars()
+    return Path(built['train'].cache_files[0]['filename']).parent
 
 # %% ../nbs/05_datasets.ipynb #b48d7368
 class TensorDictDataset(torch.utils.data.Dataset):

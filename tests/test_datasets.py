@@ -144,3 +144,20 @@ def test_path_with_missing_files(cache, tmp_path):
     assert re.search(r"missing \['t10k-images-idx3-ubyte.gz', 't10k-labels-idx1-ubyte.gz'\]", msg), msg
     assert 'train-images' not in msg.split('missing')[1]
     check_next_load(cache)
+
+_hub_child = """
+import datasets
+dd = datasets.load_dataset('fashion_mnist')
+print(dd['train'].num_rows, dd['test'].num_rows, dd['train'].features['label'].num_classes)
+"""
+
+def test_load_dataset_offline_after_add_to_hf_cache(built, tmp_path, monkeypatch):
+    "`datasets.load_dataset('fashion_mnist')` in a fresh offline process finds the copy `add_to_hf_cache` prepared."
+    monkeypatch.setenv('MINIAI_CACHE', str(built)); monkeypatch.delenv('MINIAI_DATA', raising=False)
+    hf_cache = tmp_path/'hf'
+    folder = mds.add_to_hf_cache(cache_dir=str(hf_cache))
+    assert folder.relative_to(hf_cache).parts[0] == 'fashion_mnist'
+    env = {**os.environ, 'HF_DATASETS_CACHE': str(hf_cache), 'HF_HOME': str(tmp_path/'home'), 'HF_DATASETS_OFFLINE': '1', 'HF_HUB_OFFLINE': '1'}
+    res = subprocess.run([sys.executable, '-c', _hub_child], env=env, cwd=tmp_path, text=True, capture_output=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ['60000', '10000', '10']
