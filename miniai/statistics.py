@@ -202,7 +202,9 @@ class QuantileSketch:
             used.update({ja} | ({jb} if frac else set()))
             # (1-f)*a + f*b, not a + f*(b - a): b - a may overflow
             v, l, h = ((1 - frac) * x + frac * y if frac else x for x, y in zip(a, b))
-            values.append(clamp(v)); bounds.append((clamp(l), clamp(h)))
+            values.append(clamp(v))
+            l, h = clamp(l), clamp(h)
+            bounds.append((clamp(l - 4*np.spacing(abs(l))), clamp(h + 4*np.spacing(abs(h)))))  # + the interpolation's rounding
         return dict(values=values, bounds=bounds, beyond_range=bool(used & {0, k - 1, k + 1, 2*k}))
 
     def quantiles(self, qs, vmin=None, vmax=None, counts=None):
