@@ -265,9 +265,11 @@ class TensorStatistics:
         return d
 
     def _why(self, key):
+        "Why field `key` is None or not finite."
         if key in self.reasons: return self.reasons[key]
+        if getattr(self, key) is None: return 'not collected'
         if self.count == 0: return 'no finite values'
-        return 'not collected'
+        return 'overflow'
 
 @dataclass
 class ModuleStatistics:
@@ -506,7 +508,7 @@ def _read_stream(self:StatisticsCollector, s):
                 lo, hi = s.sketch.exact_range
                 why['percentile_error'] = f'values beyond the sketch range ({lo:.2g} <= |x| <= {hi:.2g}): only percentile_bounds hold'
         else: why['percentiles'] = 'the sketch was dropped to respect max_memory_mb'
-        if n == 0: res.percentile_error, why['percentile_error'] = math.nan, none
+        if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
     if cfg.collect_histogram:
         if counts is not None and n: res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
         else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
