@@ -284,3 +284,31 @@ def test_exact_percentiles_match_numpy(vals):
     d = strict_json(c.export_statistics())['m']['output_stats']
     assert d['percentiles_estimated'] is False and d['percentile_error'] == 0
     if len(fin): assert list(o.percentiles.values()) == np.percentile(fin, [0, 25, 50, 99.9, 100]).tolist()
+
+
+ALL_REDUCE_WORKER = '''
+import json, os, sys, torch
+import torch.distributed as dist
+from miniai.statistics import StatisticsConfig, StatisticsCollector
+dist.init_process_group('gloo')
+rank = dist.get_rank()
+c = StatisticsCollector(StatisticsConfig(histogram_bins=10 + 10*rank))      # rank 1 differs
+c.update_statistics('m', None, torch.arange(5.) + rank)
+before = c.state_dict()
+try: c.all_reduce(); err = None
+except ValueError as e: err = str(e)
+with open(os.path.join(sys.argv[1], f'rank{rank}.json'), 'w') as f: json.dump(dict(err=err, kept=c.state_dict() == before), f)
+dist.destroy_process_group()
+'''
+
+def test_all_reduce_refuses_different_configs(tmp_path):
+    "Every rank raises the same clear error (no rank left waiting in a collective) and keeps what it collected."
+    from _torchrun import run_two_ranks
+    script = tmp_path/'worker.py'
+    script.write_text(ALL_REDUCE_WORKER)
+    proc = run_two_ranks(script, tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for r in range(2):
+        res = json.loads((tmp_path/f'rank{r}.json').read_text())
+        assert 'histogram_bins (10 vs 20)' in res['err'] or 'histogram_bins (20 vs 10)' in res['err'], res
+        assert res['kept']
