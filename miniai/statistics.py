@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
 # %% ../nbs/10a_statistics.ipynb #c0c02751
 from __future__ import annotations
-import math, json, os, tempfile, warnings, datetime, weakref
+import math, json, os, tempfile, warnings, datetime, weakref, functools
 from dataclasses import dataclass, field, asdict
 from typing import List, Optional, Union
 
@@ -82,6 +82,20 @@ def sketch_alpha(level=0):
 
 def _buckets_per_sign(level): return -(-_K // 2**level)
 
+@functools.lru_cache(maxsize=None)
+def _bucket_tables(level):
+    "`(values, lo, hi)` of the buckets at `level`, computed once per level (numpy, read-only)."
+    k, step = _buckets_per_sign(level), 2**level
+    j = np.arange(k)
+    lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA)
+    hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA)
+    rep = 2 * lo * hi / (lo + hi)
+    lo, hi = lo * (1 - 1e-5), hi * (1 + 1e-5)           # 1e-5: float32 rounding of the bucket key
+    lo[0], hi[-1] = 0., math.inf                         # values beyond the range are clamped into the end buckets
+    res = (np.concatenate([-rep[::-1], [0.], rep]), np.concatenate([-hi[::-1], [0.], lo]), np.concatenate([-lo[::-1], [0.], hi]))
+    for a in res: a.flags.writeable = False
+    return res
+
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (int64 counts on the values' device, no host sync to add)."
     def __init__(self, device='cpu', level=0):
@@ -155,22 +169,12 @@ class QuantileSketch:
         return res
 
     def values(self):
-        "The value each bucket reports, ascending (numpy float64)."
-        k, step = self.k, 2**self.level
-        j = np.arange(k)
-        lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA)
-        hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA)
-        rep = 2 * lo * hi / (lo + hi)
-        return np.concatenate([-rep[::-1], [0.], rep])
+        "The value each bucket reports, ascending (numpy float64, read-only: shared by all sketches at this level)."
+        return _bucket_tables(self.level)[0]
 
     def bucket_bounds(self):
         "`(lo, hi)` arrays: every value counted in bucket `j` lies in `[lo[j], hi[j]]` (the end buckets reach 0 and ±inf)."
-        k, step = self.k, 2**self.level
-        j = np.arange(k)
-        lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA) * (1 - 1e-5)   # 1e-5: float32 rounding of the bucket key
-        hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA) * (1 + 1e-5)
-        lo[0], hi[-1] = 0., math.inf                                     # values beyond the range are clamped into the end buckets
-        return np.concatenate([-hi[::-1], [0.], lo]), np.concatenate([-lo[::-1], [0.], hi])
+        return _bucket_tables(self.level)[1:]
 
     @property
     def exact_range(self):
