@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
 # %% ../nbs/10a_statistics.ipynb #c0c02751
 from __future__ import annotations
-import math, json, os, tempfile, warnings, datetime, weakref
+import math, json, os, tempfile, warnings, datetime, weakref, functools
 from dataclasses import dataclass, field, asdict
 from typing import List, Optional, Union
 
@@ -47,11 +47,25 @@ class StatisticsConfig:
 
     def __post_init__(self):
         self.collect_percentiles = [p for p in (self.collect_percentiles or [])]
-        bad = [p for p in self.collect_percentiles if not 0 <= p <= 100]
+        bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
-        if self.update_frequency < 1: raise ValueError(f"update_frequency must be >= 1, got {self.update_frequency}")
-        if self.histogram_bins < 1: raise ValueError(f"histogram_bins must be >= 1, got {self.histogram_bins}")
-        if self.max_samples is not None and self.max_samples < 0: raise ValueError(f"max_samples must be >= 0 or None, got {self.max_samples}")
+        _check_int('update_frequency', self.update_frequency, 1)
+        _check_int('histogram_bins', self.histogram_bins, 1)
+        if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
+        if self.max_memory_mb is not None: _check_number('max_memory_mb', self.max_memory_mb, 0, ' (None: no limit)')
+
+def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+def _check_number(name, v, lo=0, hint='', hi=None):
+    "Raise a ValueError naming `name` unless `v` is a finite number in `[lo, hi]`."
+    if not _is_number(v) or not math.isfinite(v) or v < lo or (hi is not None and v > hi):
+        rng = f'in [{lo}, {hi}]' if hi is not None else f'>= {lo}'
+        raise ValueError(f"{name} must be a finite number {rng}{hint}, got {v!r}")
+
+def _check_int(name, v, lo, hint=''):
+    "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}{hint}, got {v!r}")
 
 # %% ../nbs/10a_statistics.ipynb #86176a51
 SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
@@ -67,6 +81,20 @@ def sketch_alpha(level=0):
     return (g - 1) / (g + 1)
 
 def _buckets_per_sign(level): return -(-_K // 2**level)
+
+@functools.lru_cache(maxsize=None)
+def _bucket_tables(level):
+    "`(values, lo, hi)` of the buckets at `level`, computed once per level (numpy, read-only)."
+    k, step = _buckets_per_sign(level), 2**level
+    j = np.arange(k)
+    lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA)
+    hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA)
+    rep = 2 * lo * hi / (lo + hi)
+    lo, hi = lo * (1 - 1e-5), hi * (1 + 1e-5)           # 1e-5: float32 rounding of the bucket key
+    lo[0], hi[-1] = 0., math.inf                         # values beyond the range are clamped into the end buckets
+    res = (np.concatenate([-rep[::-1], [0.], rep]), np.concatenate([-hi[::-1], [0.], lo]), np.concatenate([-lo[::-1], [0.], hi]))
+    for a in res: a.flags.writeable = False
+    return res
 
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (int64 counts on the values' device, no host sync to add)."
@@ -141,42 +169,70 @@ class QuantileSketch:
         return res
 
     def values(self):
-        "The value each bucket reports, ascending (numpy float64)."
-        k, step = self.k, 2**self.level
-        j = np.arange(k)
-        lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA)
-        hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA)
-        rep = 2 * lo * hi / (lo + hi)
-        return np.concatenate([-rep[::-1], [0.], rep])
+        "The value each bucket reports, ascending (numpy float64, read-only: shared by all sketches at this level)."
+        return _bucket_tables(self.level)[0]
 
-    def quantiles(self, qs, vmin=None, vmax=None, counts=None):
-        "Percentiles `qs` (0..100) with numpy's linear interpolation, clamped to the exact `[vmin, vmax]` when given."
+    def bucket_bounds(self):
+        "`(lo, hi)` arrays: every value counted in bucket `j` lies in `[lo[j], hi[j]]` (the end buckets reach 0 and ±inf)."
+        return _bucket_tables(self.level)[1:]
+
+    @property
+    def exact_range(self):
+        "Magnitudes within which the `alpha` bound holds; smaller and larger ones share the end buckets."
+        return math.exp(_KEY0 * _LOG_GAMMA), math.exp((_KEY0 + self.k * 2**self.level - 1) * _LOG_GAMMA)
+
+    def quantile_details(self, qs, vmin=None, vmax=None, counts=None):
+        "`dict(values, bounds, beyond_range)`: percentiles `qs`, intervals `(lo, hi)` that surely hold the true ones, and whether an end bucket was used (then `alpha` does not bound the error)."
         counts = self.counts.cpu().numpy() if counts is None else counts
         n = int(counts.sum())
-        if n == 0: return [math.nan for _ in qs]
-        cum, vals = np.cumsum(counts), self.values()
+        if n == 0: return dict(values=[math.nan]*len(qs), bounds=[(math.nan, math.nan)]*len(qs), beyond_range=False)
+        cum, reps, (los, his), k = np.cumsum(counts), self.values(), self.bucket_bounds(), self.k
         def at(rank):
-            if rank == 0 and vmin is not None: return vmin
-            if rank == n - 1 and vmax is not None: return vmax
-            return vals[np.searchsorted(cum, rank, side='right')]
-        res = []
+            "(value, lo, hi) of the value of rank `rank`, and its bucket (None: exact)."
+            if rank == 0 and vmin is not None: return (vmin, vmin, vmin), None
+            if rank == n - 1 and vmax is not None: return (vmax, vmax, vmax), None
+            j = int(np.searchsorted(cum, rank, side='right'))
+            return (reps[j], los[j], his[j]), j
+        def clamp(v):
+            if vmin is not None: v = max(v, vmin)
+            if vmax is not None: v = min(v, vmax)
+            return float(v)
+        values, bounds, used = [], [], set()
         for q in qs:
             r = q / 100 * (n - 1)
             lo = math.floor(r)
-            v = at(lo)
-            if r > lo: v = v + (r - lo) * (at(min(lo + 1, n - 1)) - v)
-            if vmin is not None: v = max(v, vmin)
-            if vmax is not None: v = min(v, vmax)
-            res.append(float(v))
-        return res
+            frac = r - lo
+            (a, ja), (b, jb) = at(lo), at(min(lo + 1, n - 1))
+            used.update({ja} | ({jb} if frac else set()))
+            # (1-f)*a + f*b, not a + f*(b - a): b - a may overflow
+            v, l, h = ((1 - frac) * x + frac * y if frac else x for x, y in zip(a, b))
+            values.append(clamp(v))
+            l, h = clamp(l), clamp(h)
+            bounds.append((clamp(l - 4*np.spacing(abs(l))), clamp(h + 4*np.spacing(abs(h)))))  # + the interpolation's rounding
+        return dict(values=values, bounds=bounds, beyond_range=bool(used & {0, k - 1, k + 1, 2*k}))
+
+    def quantiles(self, qs, vmin=None, vmax=None, counts=None):
+        "Percentiles `qs` (0..100) with numpy's linear interpolation, clamped to the exact `[vmin, vmax]` when given."
+        return self.quantile_details(qs, vmin, vmax, counts)['values']
 
     def histogram(self, bins, vmin, vmax, counts=None):
-        "Equal-width histogram over `[vmin, vmax]`: each bucket's count goes to the bin holding its value."
+        "Equal-width histogram over `[vmin, vmax]` (fewer bins if the range cannot be split into `bins`): each bucket's count goes to the bin holding its value."
         counts = self.counts.cpu().numpy() if counts is None else counts
-        vals = np.clip(self.values(), vmin, vmax)
-        if not vmax > vmin: vmax = vmin + 1e-12
-        hist, edges = np.histogram(vals, bins=bins, range=(vmin, vmax), weights=counts.astype(np.float64))
-        return dict(edges=edges.tolist(), counts=[int(round(c)) for c in hist])
+        edges = _bin_edges(bins, vmin, vmax)
+        idx = np.searchsorted(edges, np.clip(self.values(), vmin, vmax), side='right') - 1
+        hist = np.zeros(len(edges) - 1, dtype=np.int64)
+        np.add.at(hist, idx.clip(0, len(hist) - 1), counts.astype(np.int64))
+        k = self.k
+        return dict(edges=edges.tolist(), counts=hist.tolist(), estimated=True, relative_error=self.alpha,
+                    beyond_range=int(counts[[0, k - 1, k + 1, 2*k]].sum()))
+
+def _bin_edges(bins, vmin, vmax):
+    "`bins + 1` equal-width edges over `[vmin, vmax]`, or fewer when floats cannot split the range (one zero-width bin for a constant)."
+    if not vmax > vmin: return np.array([vmin, vmax], dtype=np.float64)
+    t = np.linspace(0., 1., bins + 1)
+    edges = (1 - t) * vmin + t * vmax                  # no vmax - vmin: it overflows for ±1e308
+    edges[0], edges[-1] = vmin, vmax
+    return np.unique(edges)
 
 # %% ../nbs/10a_statistics.ipynb #3afa96c6
 @dataclass
@@ -190,17 +246,34 @@ class TensorStatistics:
     max: Optional[float] = None
     percentiles: dict = field(default_factory=dict)
     sparsity_ratio: Optional[float] = None
-    histogram: Optional[dict] = None     # {'edges': [...], 'counts': [...]}
-    percentile_error: Optional[float] = None  # relative error bound of the percentiles (0: exact)
+    histogram: Optional[dict] = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range'}
+    percentile_error: Optional[float] = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
+    percentile_bounds: Optional[dict] = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
+    reasons: dict = field(default_factory=dict)  # why a field is None or not finite, e.g. {'std': 'overflow'}
 
     def to_dict(self):
-        "JSON-ready dict (percentile keys as strings like '99.9', NaN as None)."
-        d = {k: _json_float(getattr(self, k)) for k in ('mean', 'std', 'min', 'max')}
+        "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
+        d = {}
+        for k in ('mean', 'std', 'min', 'max'): _put(d, k, getattr(self, k), self._why(k))
         d['percentiles'] = {_pct_key(p): _json_float(v) for p, v in self.percentiles.items()}
-        d['sparsity_ratio'] = _json_float(self.sparsity_ratio)
+        if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = self._why('percentiles')
+        _put(d, 'sparsity_ratio', self.sparsity_ratio, self._why('sparsity_ratio'))
         if self.histogram is not None: d['histogram'] = self.histogram
-        d.update(count=self.count, nonfinite=self.nonfinite, percentile_error=self.percentile_error)
+        elif 'histogram' in self.reasons: d.update(histogram=None, histogram_reason=self.reasons['histogram'])
+        d.update(count=self.count, nonfinite=self.nonfinite)
+        if self.percentiles:
+            d['percentiles_estimated'] = self.percentile_error != 0
+            _put(d, 'percentile_error', self.percentile_error, self._why('percentile_error'))
+            if self.percentile_bounds is not None:
+                d['percentile_bounds'] = {_pct_key(p): [_json_float(lo), _json_float(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
         return d
+
+    def _why(self, key):
+        "Why field `key` is None or not finite."
+        if key in self.reasons: return self.reasons[key]
+        if getattr(self, key) is None: return 'not collected'
+        if self.count == 0: return 'no finite values'
+        return 'overflow'
 
 @dataclass
 class ModuleStatistics:
@@ -217,9 +290,15 @@ class ModuleStatistics:
 
 def _pct_key(p): return f'{p:g}'
 def _json_float(v):
+    "`v` as a float, or None when it is None, NaN or infinite (strict JSON has no NaN or Infinity)."
     if v is None: return None
     v = float(v)
-    return None if math.isnan(v) else v
+    return v if math.isfinite(v) else None
+
+def _put(d, key, v, reason):
+    "`d[key] = v` as strict JSON; when `v` is not a finite number, `d[key] = None` and `d[key + '_reason'] = reason`."
+    d[key] = _json_float(v)
+    if d[key] is None: d[f'{key}_reason'] = reason
 
 # %% ../nbs/10a_statistics.ipynb #dc9e8041
 _BASE_BYTES = 6*8 + 8          # moments vector + zero count
@@ -387,14 +466,33 @@ class StatisticsCollector:
                           "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
 
 # %% ../nbs/10a_statistics.ipynb #40f4f711
+def _exact_percentiles(vals, qs):
+    "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
+    with np.errstate(all='ignore'): res = np.percentile(vals, qs)
+    if np.isfinite(res).all(): return res.tolist()
+    srt, n = np.sort(vals), len(vals)
+    out = []
+    for q, v in zip(qs, res.tolist()):
+        if math.isfinite(v): out.append(v); continue
+        r = q / 100 * (n - 1); lo = math.floor(r); f = r - lo
+        out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
+    return out
+
 @patch
 def _read_stream(self:StatisticsCollector, s):
     cfg = self.config
     n, bad, mean, m2, mn, mx = s.moms.cpu().tolist()
     n, bad = int(n), int(bad)
     res = TensorStatistics(count=n, nonfinite=bad)
-    if cfg.collect_mean: res.mean = mean if n else math.nan
-    if cfg.collect_std: res.std = math.sqrt(m2 / (n - 1)) if n > 1 else math.nan
+    why = res.reasons
+    none = 'no finite values'
+    if cfg.collect_mean:
+        res.mean = mean if n else math.nan
+        if n and not math.isfinite(mean): why['mean'] = 'overflow'
+    if cfg.collect_std:
+        res.std = math.sqrt(m2 / (n - 1)) if n > 1 else math.nan
+        if n == 1: why['std'] = 'needs at least 2 finite values'
+        elif n > 1 and not math.isfinite(res.std): why['std'] = 'overflow'
     if cfg.collect_min_max: res.min, res.max = (mn, mx) if n else (math.nan, math.nan)
     if cfg.collect_sparsity: res.sparsity_ratio = int(s.zero_count()) / n if n else math.nan
     counts = s.sketch.counts.cpu().numpy() if s.sketch is not None else None
@@ -403,13 +501,21 @@ def _read_stream(self:StatisticsCollector, s):
         if s.exact and s.buf is not None:
             vals = s.buf[:s.filled].cpu().numpy()
             vals = vals[np.isfinite(vals)]
-            res.percentiles = dict(zip(qs, np.percentile(vals, qs).tolist() if len(vals) else [math.nan]*len(qs)))
+            res.percentiles = dict(zip(qs, _exact_percentiles(vals, qs) if len(vals) else [math.nan]*len(qs)))
             res.percentile_error = 0.
         elif counts is not None:
-            res.percentiles = dict(zip(qs, s.sketch.quantiles(qs, mn if n else None, mx if n else None, counts=counts)))
-            res.percentile_error = s.sketch.alpha
-    if cfg.collect_histogram and counts is not None and n:
-        res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
+            det = s.sketch.quantile_details(qs, mn if n else None, mx if n else None, counts=counts)
+            res.percentiles = dict(zip(qs, det['values']))
+            res.percentile_bounds = dict(zip(qs, det['bounds'])) if n else None
+            res.percentile_error = math.inf if det['beyond_range'] else s.sketch.alpha
+            if det['beyond_range']:
+                lo, hi = s.sketch.exact_range
+                why['percentile_error'] = f'values beyond the sketch range ({lo:.2g} <= |x| <= {hi:.2g}): only percentile_bounds hold'
+        else: why['percentiles'] = 'the sketch was dropped to respect max_memory_mb'
+        if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
+    if cfg.collect_histogram:
+        if counts is not None and n: res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
+        else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
     return res
 
 @patch
@@ -452,43 +558,67 @@ def qparams(min_val, max_val, dtype=torch.quint8, qscheme=torch.per_tensor_affin
     return float(scale), zero_point
 
 def _all_qparams(mn, mx):
-    return {scheme: {dt: dict(zip(('scale', 'zero_point'), qparams(mn, mx, getattr(torch, dt), qs)))
-                     for dt in ('quint8', 'qint8')}
-            for scheme, qs in (('affine', torch.per_tensor_affine), ('symmetric', torch.per_tensor_symmetric))}
+    "`qparams` of `[mn, mx]` for every scheme and dtype, or None when the range does not fit float32 (an infinite scale)."
+    big = float(torch.finfo(torch.float32).max)
+    if not (abs(mn) <= big and abs(mx) <= big): return None
+    res = {scheme: {dt: dict(zip(('scale', 'zero_point'), qparams(mn, mx, getattr(torch, dt), qs)))
+                    for dt in ('quint8', 'qint8')}
+           for scheme, qs in (('affine', torch.per_tensor_affine), ('symmetric', torch.per_tensor_symmetric))}
+    ok = all(math.isfinite(v['scale']) for by_dt in res.values() for v in by_dt.values())
+    return res if ok else None
 
 # %% ../nbs/10a_statistics.ipynb #a6710d4b
 _FORMATS = ('json', 'quantization')
 
 def _atomic_write_json(obj, path):
+    "Write `obj` to `path` as strict JSON (a NaN or Infinity raises before anything is written), via a temp file and a rename."
+    text = json.dumps(obj, indent=1, allow_nan=False)
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix='.tmp-', suffix='.json')
     try:
-        with os.fdopen(fd, 'w') as f: json.dump(obj, f, indent=1)
+        with os.fdopen(fd, 'w') as f:
+            f.write(text); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp): os.remove(tmp)
         raise
 
 @patch
+def _missing_reason(self:StatisticsCollector, name, kind):
+    "Why module `name` has no `kind` ('input' or 'output') statistics."
+    if kind == 'input' and not self.config.collect_input: return 'not collected (collect_input=False)'
+    return self.skipped.get(f'{name}.{kind}', 'no floating point tensor recorded')
+
+def _quant_entry(o, reason):
+    "The quantization export of one output's statistics `o` (None: `reason` says why there are none)."
+    if o is None: return dict(min=None, max=None, percentiles={}, qparams=None, reason=reason)
+    d = {}
+    _put(d, 'min', o.min, o._why('min')); _put(d, 'max', o.max, o._why('max'))
+    d['percentiles'] = {_pct_key(p): _json_float(v) for p, v in o.percentiles.items()}
+    if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = o._why('percentiles')
+    if o.percentiles: d['percentiles_estimated'] = o.percentile_error != 0
+    if d['min'] is None or d['max'] is None: d.update(qparams=None, qparams_reason=d.get('min_reason') or d.get('max_reason'))
+    else:
+        d['qparams'] = _all_qparams(d['min'], d['max'])
+        if d['qparams'] is None: d['qparams_reason'] = f"range [{d['min']:.3g}, {d['max']:.3g}] does not fit float32"
+    return d
+
+@patch
 def export_statistics(self:StatisticsCollector, format="json", path=None):
-    "The statistics as a JSON-ready dict in `format` ('json' or 'quantization'); also written to `path` if given."
+    "The statistics as a strict-JSON dict in `format` ('json' or 'quantization'); also written to `path` (atomically) if given."
     if format not in _FORMATS: raise ValueError(f"Unknown export format {format!r}; use one of {list(_FORMATS)}")
     res = {}
     for name, st in self.get_all_statistics().items():
         if format == 'json':
-            d = dict(total_samples=st.total_samples, last_updated=st.last_updated,
-                     input_stats=st.input_stats.to_dict() if st.input_stats else None,
-                     output_stats=st.output_stats.to_dict() if st.output_stats else None)
+            d = dict(total_samples=st.total_samples, last_updated=st.last_updated)
+            for kind in ('input', 'output'):
+                o = getattr(st, f'{kind}_stats')
+                d[f'{kind}_stats'] = o.to_dict() if o else None
+                if o is None: d[f'{kind}_stats_reason'] = self._missing_reason(name, kind)
             extra = {k: v.to_dict() for k, v in list(st.outputs.items())[1:]}
             if extra: d['other_outputs'] = extra
-        else:
-            o = st.output_stats
-            if o is None or not o.count: continue
-            mn, mx = o.min, o.max
-            if mn is None: continue
-            d = dict(min=mn, max=mx, percentiles={_pct_key(p): _json_float(v) for p, v in o.percentiles.items()},
-                     qparams=_all_qparams(mn, mx))
+        else: d = _quant_entry(st.output_stats, self._missing_reason(name, 'output'))
         res[name] = d
     if path is not None: _atomic_write_json(res, path)
     return res
@@ -547,6 +677,17 @@ def _merge_streams(a, b, max_samples):
         a.buf, a.filled = buf, a.filled + b.filled
     else: a.drop_buffer()
 
+def _config_diff(a, b):
+    "The fields in which configs `a` and `b` differ, as `name (a vs b)` strings."
+    a, b = asdict(a), asdict(b)
+    return [f'{k} ({a[k]!r} vs {b[k]!r})' for k in a if a[k] != b[k]]
+
+def _check_same_config(a, b, what):
+    "Raise a ValueError naming the differing fields unless configs `a` and `b` are equal (so nothing would be dropped)."
+    diff = _config_diff(a, b)
+    if diff: raise ValueError(f"{what}: the collectors' configs differ in {', '.join(diff)}; "
+                              "merging would drop or mix statistics, so build them with the same StatisticsConfig")
+
 def _merge_meta(a, b):
     last = [t for t in (a['last_updated'], b['last_updated']) if t]
     return dict(calls=a['calls'] + b['calls'], n_updates=a['n_updates'] + b['n_updates'],
@@ -554,7 +695,9 @@ def _merge_meta(a, b):
 
 @patch
 def merge(self:StatisticsCollector, other):
-    "Add everything `other` collected (another collector with a compatible config) to this collector."
+    "Add everything `other` collected (another collector with the same config) to this collector."
+    if not isinstance(other, StatisticsCollector): raise TypeError(f"merge: other must be a StatisticsCollector, got {type(other).__name__}")
+    _check_same_config(self.config, other.config, 'merge')
     other = _copy_collector(other)
     level = max(self._level, other._level)
     for c in (self, other):
@@ -626,10 +769,12 @@ def save(self:StatisticsCollector, path):
     "Write `state_dict()` to `path` as JSON, atomically."
     _atomic_write_json(self.state_dict(), path)
 
+def _no_constant(c): raise ValueError(f"not strict JSON: {c} (statistics files write no NaN or Infinity)")
+
 @patch(cls_method=True)
 def load(cls:StatisticsCollector, path, device='cpu'):
     "A collector of this class restored from a file written by `save`."
-    with open(path) as f: sd = json.load(f)
+    with open(path) as f: sd = json.load(f, parse_constant=_no_constant)
     return cls(StatisticsConfig(**sd['config'])).load_state_dict(sd, device)
 
 # %% ../nbs/10a_statistics.ipynb #8bdcf585
@@ -639,12 +784,14 @@ def all_reduce(self:StatisticsCollector, group=None):
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("all_reduce needs an initialised torch.distributed process group")
     world = dist.get_world_size(group)
-    meta = dict(keys=list(self._streams), level=self._level, modules=self._modules, skipped=self.skipped,
+    meta = dict(config=asdict(self.config), keys=list(self._streams), level=self._level, modules=self._modules, skipped=self.skipped,
                 call_count=self.call_count, use_buffer=self._use_buffer,
                 sketched=[s.sketch is not None for s in self._streams.values()],
                 filled=[s.filled if s.exact else -1 for s in self._streams.values()], memory_log=self.memory_log)
     metas = [None] * world
     dist.all_gather_object(metas, meta, group=group)
+    for r, m in enumerate(metas):                              # every rank sees the same metas, so all raise together
+        _check_same_config(self.config, StatisticsConfig(**m['config']), f'all_reduce (rank {r})')
     keys = sorted({tuple(k) for m in metas for k in m['keys']})
     level = max(m['level'] for m in metas)
     device = next((s.moms.device for s in self._streams.values()), torch.device('cpu'))
@@ -705,8 +852,15 @@ def all_reduce(self:StatisticsCollector, group=None):
 class ActivationWarning(UserWarning):
     "A warning about a layer's activations (dead, vanishing, saturated...)."
 
+def _check_thresholds(sparsity_threshold=None, std_threshold=None, range_threshold=None, skew_factor=None):
+    "Raise a ValueError naming the threshold that is negative, NaN or infinite (None switches a check off)."
+    if sparsity_threshold is not None: _check_number('sparsity_threshold', sparsity_threshold, 0, ' (None: no check)', hi=1)
+    for name, v in dict(std_threshold=std_threshold, range_threshold=range_threshold, skew_factor=skew_factor).items():
+        if v is not None: _check_number(name, v, 0, ' (None: no check)')
+
 def check_statistics(all_stats, sparsity_threshold=0.9, std_threshold=0.01, range_threshold=None, skew_factor=None, saturation=False):
     "Messages about suspicious layers in `{name: ModuleStatistics}` (high sparsity, low variance; optional: narrow range, skew, saturation)."
+    _check_thresholds(sparsity_threshold, std_threshold, range_threshold, skew_factor)
     msgs = []
     for name, st in all_stats.items():
         o = st.output_stats
@@ -728,6 +882,10 @@ class StatisticsCB(HooksCallback):
     order = 10
     def __init__(self, config=None, mod_filter=None, on_train=True, on_valid=False, check_every=None,
                  sparsity_threshold=0.9, std_threshold=0.01, per_epoch=False, mods=None):
+        _check_thresholds(sparsity_threshold, std_threshold)
+        if check_every is not None: _check_int('check_every', check_every, 1, ' or None')
+        if config is not None and not isinstance(config, StatisticsConfig):
+            raise TypeError(f"StatisticsCB: config must be a StatisticsConfig, got {type(config).__name__}")
         super().__init__(self._record, mod_filter=mod_filter, on_train=on_train, on_valid=on_valid, mods=mods)
         self.config = config or StatisticsConfig(collect_sparsity=True, collect_input=False)
         self.stats = ActivationStatisticsHook(self.config)
