@@ -380,18 +380,25 @@ def _merge(n, mean, m2, nx, mx, m2x):
 def _cosine(dot, sq_a, sq_b):
     if sq_a == 0 and sq_b == 0: return 1.0
     if sq_a == 0 or sq_b == 0: return 0.0
-    return float(np.clip(dot/math.sqrt(sq_a)/math.sqrt(sq_b), -1., 1.))
+    prod = sq_a*sq_b   # one square root: sqrt(fl(s*s)) is s, so equal arrays give exactly 1
+    norm = math.sqrt(prod) if 0 < prod < math.inf else math.sqrt(sq_a)*math.sqrt(sq_b)
+    return float(np.clip(dot/norm, -1., 1.))
 
 def _pow2_scale(m):
     "A power of two `s` that brings `m*s` near 1 (1 when `m` is 0): multiplying by it is exact."
     return math.ldexp(1., min(max(-math.frexp(m)[1], -1022), 1022)) if m > 0 else 1.
 
-def _max_abs_finite(a, chunk_size):
-    res = 0.
+def _max_abs(x):
+    return float(np.abs(x).max()) if x.size else 0.
+
+def _max_abs_finite(a, b, chunk_size):
+    "Largest finite |a|, |b|, and the largest |a|, |b| where both are finite."
+    res = [0.]*4
     for i in range(0, a.size, chunk_size):
-        x = np.abs(np.asarray(a[i:i+chunk_size], dtype=np.float64))
-        x = x[np.isfinite(x)]
-        if x.size: res = max(res, float(x.max()))
+        x, y = np.asarray(a[i:i+chunk_size], dtype=np.float64), np.asarray(b[i:i+chunk_size], dtype=np.float64)
+        fin_x, fin_y = np.isfinite(x), np.isfinite(y)
+        both = fin_x & fin_y
+        res = [max(r, _max_abs(v)) for r, v in zip(res, [x[fin_x], y[fin_y], x[both], y[both]])]
     return res
 
 def _log10(x): return math.log10(x) if x > 0 else -math.inf
@@ -402,32 +409,30 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
     a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
     chunk_size = max(1, int(chunk_size))
-    # float64 data can overflow a sum of squares: scale A and B by powers of two (exact), one more read.
+    # float64 data can overflow a sum of squares: scale A and B by powers of two (exact), at the cost of one more read.
     # float32 and narrower data cannot (3.4e38**2 is far from float64's 1.8e308): no scaling, no extra read.
     wide = max(a.dtype.itemsize, b.dtype.itemsize) > 4 and (a.dtype.kind == 'f' or b.dtype.kind == 'f')
-    max_a, max_b = (_max_abs_finite(a, chunk_size), _max_abs_finite(b, chunk_size)) if wide else (1., 1.)
-    sa, sb = _pow2_scale(max_a), _pow2_scale(max_b)   # for the moments and the cosine, each array its own
-    se = min(sa, sb)                                  # for the errors, one scale for both
+    maxima = _max_abs_finite(a, b, chunk_size) if wide else [0.]*4
+    sa, sb, ca, cb = map(_pow2_scale, maxima)   # moments: A's and B's own scale; cosine: over the positions finite in both
+    se = min(ca, cb)                            # sum of squared errors: one scale for both
     na = nb = 0; mean_a = mean_b = m2a = m2b = 0.
-    dot = sq_a = sq_b = sq_a_err = sq_err = max_err = max_abs_a = 0.
+    dot = sq_a = sq_b = sq_a_err = sq_err = max_err = max_abs_a = max_err_s = max_a_s = 0.
     nan_a = inf_a = nan_b = inf_b = nan_mis = inf_mis = n_both = 0
     size = min(chunk_size, a.size)
     buf_x, buf_y, buf_d = np.empty(size), np.empty(size), np.empty(size)   # reused: no allocation per chunk
+    def scaled(v, s): return v if s == 1. else v*s
     for i in range(0, a.size, chunk_size):
         chunk_a, chunk_b = a[i:i+chunk_size], b[i:i+chunk_size]
         m = chunk_a.size
         x, y, d = buf_x[:m], buf_y[:m], buf_d[:m]
         np.copyto(x, chunk_a, casting='unsafe'); np.copyto(y, chunk_b, casting='unsafe')
-        if sa != 1.: x *= sa
-        if sb != 1.: y *= sb
-        sum_x, sum_y = float(x.sum()), float(y.sum())
+        sum_x, sum_y = float(scaled(x, sa).sum()), float(scaled(y, sb).sum())
         if math.isfinite(sum_x) and math.isfinite(sum_y):   # a NaN or Inf would make its sum non-finite
             mx, my = sum_x/m, sum_y/m
-            np.subtract(x, mx, out=d); m2x = _dot(d, d)
-            np.subtract(y, my, out=d); m2y = _dot(d, d)
+            np.subtract(scaled(x, sa), mx, out=d); m2x = _dot(d, d)
+            np.subtract(scaled(y, sb), my, out=d); m2y = _dot(d, d)
             na, mean_a, m2a = _merge(na, mean_a, m2a, m, mx, m2x)
             nb, mean_b, m2b = _merge(nb, mean_b, m2b, m, my, m2y)
-            sq_a += m2x + m*mx*mx; sq_b += m2y + m*my*my
         else:
             fin_x, fin_y = np.isfinite(x), np.isfinite(y)
             nan_x, nan_y = np.isnan(x), np.isnan(y)
@@ -436,32 +441,37 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
             inf_a += int(inf_x.sum()); inf_b += int(inf_y.sum())
             nan_mis += int(np.count_nonzero(nan_x != nan_y))
             inf_mis += int(np.count_nonzero((inf_x | inf_y) & ~(inf_x & (x == y))))   # Inf in one only, or of the other sign
-            na, mean_a, m2a = _merge(na, mean_a, m2a, *_moments(x[fin_x]))
-            nb, mean_b, m2b = _merge(nb, mean_b, m2b, *_moments(y[fin_y]))
+            na, mean_a, m2a = _merge(na, mean_a, m2a, *_moments(scaled(x[fin_x], sa)))
+            nb, mean_b, m2b = _merge(nb, mean_b, m2b, *_moments(scaled(y[fin_y], sb)))
             both = fin_x & fin_y
             x, y = x[both], y[both]
             d = d[:x.size]
-            sq_a += _dot(x, x); sq_b += _dot(y, y)
         n_both += x.size
         if x.size == 0: continue
-        dot += _dot(x, y)
-        if se != sa or se != sb: x, y = x*(se/sa), y*(se/sb)   # the common scale (copies, float64 data only)
-        np.subtract(x, y, out=d); sq_err += _dot(d, d)
-        if se != sa: sq_a_err += _dot(x, x)
+        np.subtract(x, y, out=d)   # unscaled: the largest error is right even when it is tiny next to the values
         max_err = max(max_err, float(d.max()), -float(d.min())); max_abs_a = max(max_abs_a, float(x.max()), -float(x.min()))
-    if se == sa: sq_a_err = sq_a
+        if wide:   # copies, for float64 data only
+            xc, yc = scaled(x, ca), scaled(y, cb)
+            sq_a += _dot(xc, xc); sq_b += _dot(yc, yc); dot += _dot(xc, yc)
+            x, y = scaled(x, se), scaled(y, se)
+            sq_a_err += _dot(x, x)
+            np.subtract(x, y, out=d)   # scaled: the ratio max_rel_err stays right when the error itself overflows
+            max_err_s = max(max_err_s, float(d.max()), -float(d.min())); max_a_s = max(max_a_s, float(x.max()), -float(x.min()))
+        else: sq_a += _dot(x, x); sq_b += _dot(y, y); dot += _dot(x, y)   # the same sums: identical A and B give a cosine of exactly 1
+        sq_err += _dot(d, d)
+    if not wide: sq_a_err, max_err_s, max_a_s = sq_a, max_err, max_abs_a
     nan = float('nan')
     var_a, var_b = (m2a/na/sa/sa if na else nan), (m2b/nb/sb/sb if nb else nan)
     std_a, std_b = (math.sqrt(m2a/na)/sa if na else nan), (math.sqrt(m2b/nb)/sb if nb else nan)
     has_both = n_both > 0 or a.size == 0
-    max_rel = max_err/max_abs_a if max_abs_a > 0 else 0. if max_err == 0 else math.inf
+    max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf
     sqnr = math.inf if sq_err == 0 else 10*(_log10(sq_a_err) - _log10(sq_err))   # both in the common scale
     return {'cosine similarity': _cosine(dot, sq_a, sq_b) if has_both else nan,
             'meanA': mean_a/sa if na else nan, 'meanB': mean_b/sb if nb else nan,
             'meanA - meanB': (mean_a/sa - mean_b/sb) if na and nb else nan,
             'stdA': std_a, 'stdB': std_b, 'stdA - stdB': std_a - std_b,
             'varA': var_a, 'varB': var_b, 'varA - varB': var_a - var_b,
-            'max_abs_err': max_err/se if has_both else nan, 'max_rel_err': max_rel if has_both else nan,
+            'max_abs_err': max_err if has_both else nan, 'max_rel_err': max_rel if has_both else nan,
             'sqnr_db': sqnr if has_both else nan,
             'nan_A': nan_a, 'inf_A': inf_a, 'nan_B': nan_b, 'inf_B': inf_b, 'nan_pos_mismatch': nan_mis, 'inf_pos_mismatch': inf_mis,
             'n_finite_both': n_both, 'n_elements': int(a.size)}
@@ -675,7 +685,10 @@ def compare_main(argv=None):
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     args = p.parse_args(argv)
     for nm in ('pathA', 'pathB'):
-        if not Path(getattr(args, nm)).is_dir(): p.error(f'--{nm} {display_name(getattr(args, nm))} is not a folder')
+        path = getattr(args, nm)
+        try: is_dir = Path(path).is_dir()
+        except OSError as e: p.error(f'--{nm} {display_name(path)}: {e.strerror}')
+        if not is_dir: p.error(f'--{nm} {display_name(path)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
     try: res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
     except (CompareSetupError, OSError) as e: p.error(display_name(str(e)))
