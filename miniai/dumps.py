@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/dumps.html.md"""
 
 # %% ../nbs/10b_dumps.ipynb #ed7b7bf4
 from __future__ import annotations
-import argparse, atexit, collections, csv, io, itertools, json, math, os, re, sys, threading
+import argparse, collections, contextlib, csv, errno, hashlib, io, itertools, json, math, os, re, stat, sys, threading, warnings, weakref
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
@@ -17,9 +17,11 @@ from torch import nn
 from fastprogress import progress_bar
 
 # %% auto #0
-__all__ = ['CSV_COLUMNS', 'sanitize_name', 'dump_filename', 'get_rank', 'rank_dir', 'tensor_to_numpy', 'atomic_write', 'save_npy',
-           'StagingPool', 'spare_core', 'DumpWriter', 'SavingHook', 'register_saving_hook', 'dump_index', 'load_dump',
-           'compare_arrays', 'compare_files', 'write_csv', 'read_csv', 'compare_dumps', 'compare_main']
+__all__ = ['MAX_DUMP_NAME', 'CSV_COLUMNS', 'UNCOMPARED_COLUMNS', 'sanitize_name', 'dump_filename', 'get_rank', 'rank_dir',
+           'tensor_to_numpy', 'atomic_write', 'save_npy', 'StagingPool', 'spare_core', 'DumpWriter', 'SavingHook',
+           'register_saving_hook', 'dump_index', 'load_dump', 'compare_arrays', 'open_npy', 'compare_files',
+           'CompareSetupError', 'display_name', 'write_csv', 'read_csv', 'compare_dumps', 'find_failures',
+           'compare_main']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def sanitize_name(name) -> str:
@@ -28,10 +30,18 @@ def sanitize_name(name) -> str:
     res = re.sub(r'\.{2,}', '_', res).strip('.')
     return res or '_'
 
+MAX_DUMP_NAME = 200   # bytes: `atomic_write`'s temporary name adds at most 30, and most file systems stop at 255
+
+def _shorten(s, n):
+    "`s` if it has at most `n` characters, else its start and a stable hash of all of it, `n` characters in all."
+    return s if len(s) <= n else f'{s[:n-13]}-{hashlib.sha1(s.encode()).hexdigest()[:12]}'
+
 def dump_filename(idx, layer_class, layer_name, micro_step) -> str:
-    "The file name of a saved tensor, in the original tool's format, with sanitised names."
-    return (f'tensor_idx_{int(idx)}_layer_class_{sanitize_name(layer_class)}'
-            f'_layer_name_{sanitize_name(layer_name)}_micro_step_{int(micro_step)}.npy')
+    "The file name of a saved tensor, in the original tool's format, with sanitised names; long names end in a hash, so at most `MAX_DUMP_NAME` bytes."
+    cls, name = _shorten(sanitize_name(layer_class), 64), sanitize_name(layer_name)
+    fixed = len(f'tensor_idx_{int(idx)}_layer_class_{cls}_layer_name__micro_step_{int(micro_step)}.npy')
+    return (f'tensor_idx_{int(idx)}_layer_class_{cls}'
+            f'_layer_name_{_shorten(name, MAX_DUMP_NAME - fixed)}_micro_step_{int(micro_step)}.npy')
 
 def get_rank() -> int:
     "This process's rank in `torch.distributed` when a process group is initialised, else 0."
@@ -52,17 +62,23 @@ def tensor_to_numpy(t:torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 _tmp_ids = itertools.count()
+_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_BINARY', 0)
 
 def atomic_write(fn, write):
-    "Call `write(f)` on a temporary binary file next to `fn`, then rename it to `fn` (atomic on POSIX and Windows)."
+    "Call `write(f)` on a new temporary binary file next to `fn`, then rename it to `fn` (atomic on POSIX and Windows); never writes through a symlink."
     fn = os.fspath(fn)
     head, name = os.path.split(fn)
-    tmp = os.path.join(head, f'.{name}.{os.getpid()}.{next(_tmp_ids)}.tmp')   # unique per process and call, no syscall
+    if len(os.fsencode(name)) > 200: name = hashlib.sha1(os.fsencode(name)).hexdigest()   # the temporary name stays under 255 bytes
+    while True:
+        tmp = os.path.join(head, f'.{name}.{os.getpid()}.{next(_tmp_ids)}.tmp')   # unique per process and call
+        try: fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)   # a new file, not a link's target
+        except FileExistsError: continue   # left by a crashed process with our pid
+        break
     try:
-        with open(tmp, 'wb') as f: write(f)
-        os.replace(tmp, fn)
+        with open(fd, 'wb') as f: write(f)
+        os.replace(tmp, fn)   # replaces a symlink at `fn` rather than writing through it
     except BaseException:
-        if os.path.exists(tmp): os.unlink(tmp)
+        with contextlib.suppress(OSError): os.unlink(tmp)
         raise
 
 def save_npy(fn, t) -> dict:
@@ -199,7 +215,7 @@ class DumpWriter:
         with self.lock:
             dirty, self.dirty = self.dirty, set()
             for folder in dirty:
-                data = json.dumps(self.index[folder], indent=1, sort_keys=True).encode()
+                data = json.dumps(self.index[folder], indent=1, sort_keys=True, allow_nan=False).encode()
                 atomic_write(folder/'index.json', lambda f: f.write(data))
             errors, self.errors = self.errors, []
         if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
@@ -224,6 +240,13 @@ def _as_names(target_class_names):
     return list(names)
 
 def _limit_ok(count, limit): return limit < 0 or count < limit
+
+def _flush_at_exit(writer, path):
+    "Close the writer of a `SavingHook` nobody removed, at exit or when the hook is garbage collected: a failure is one line on stderr, never a traceback."
+    try: writer.close()
+    except Exception as e:
+        msg = str(e).splitlines()[0] if str(e) else ''
+        print(f"miniai.dumps: a saving hook on {path} that was never removed could not write everything at exit: {type(e).__name__}: {msg}", file=sys.stderr)
 
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
 class SavingHook:
@@ -255,7 +278,7 @@ class SavingHook:
                 seen.add(id(p))
                 full_name = f'{mod_name}.{p_name}' if mod_name else p_name
                 self.handles.append(p.register_hook(partial(self._save_grad, type(m).__name__, full_name)))
-        atexit.register(self.close)
+        self._at_exit = weakref.finalize(self, _flush_at_exit, self.writer, str(path))   # holds the writer, not the hook or the model
 
     def _next_step(self, module, args):
         self.micro_step += 1
@@ -293,7 +316,7 @@ class SavingHook:
         self.closed = True
         self.hooks.remove()
         for h in self.handles: h.remove()
-        atexit.unregister(self.close)
+        self._at_exit.detach()   # removed: nothing left to do at exit
         self.writer.close()
 
     close = remove
@@ -305,8 +328,15 @@ class SavingHook:
 # %% ../nbs/10b_dumps.ipynb #2e32a9f6
 def register_saving_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
                          max_saved_grads=100, **kwargs) -> nn.Module:
-    "Hook `model` to save the outputs and parameter gradients of modules whose class name is in `target_class_names`."
-    model.saving_hook = SavingHook(model, path, target_class_names, max_saved_tensors, max_saved_grads, **kwargs)
+    "Hook `model` to save the outputs and parameter gradients of modules whose class name is in `target_class_names`; a hook registered before is removed, with a warning."
+    new = SavingHook(model, path, target_class_names, max_saved_tensors, max_saved_grads, **kwargs)
+    old = getattr(model, 'saving_hook', None)
+    try:
+        if isinstance(old, SavingHook) and not old.closed:
+            warnings.warn(f"register_saving_hook: this model already had a saving hook, {old!r}; it is removed (its files are "
+                          f"flushed) and replaced by the new one on {path}", stacklevel=2)
+            old.remove()
+    finally: model.saving_hook = new
     return model
 
 # %% ../nbs/10b_dumps.ipynb #ca1f88ac
@@ -328,7 +358,7 @@ def load_dump(fn, tensor=False, mmap=False):
 # %% ../nbs/10b_dumps.ipynb #e672a483
 _stat_cols = ['cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB', 'varA', 'varB', 'varA - varB']
 CSV_COLUMNS = ['tensor_name', *_stat_cols, 'max_abs_err', 'max_rel_err', 'sqnr_db', 'nan_A', 'inf_A', 'nan_B', 'inf_B',
-               'nonfinite_positions_match', 'notes']
+               'nan_pos_mismatch', 'inf_pos_mismatch', 'n_finite_both', 'n_elements']
 
 def _dot(x, y):
     "Float64 dot product of 1-d arrays; `einsum` because BLAS threads are slow to wake up for one vector (40x on 2 busy cores)."
@@ -350,190 +380,327 @@ def _merge(n, mean, m2, nx, mx, m2x):
 def _cosine(dot, sq_a, sq_b):
     if sq_a == 0 and sq_b == 0: return 1.0
     if sq_a == 0 or sq_b == 0: return 0.0
-    return float(np.clip(dot/math.sqrt(sq_a)/math.sqrt(sq_b), -1., 1.))
+    prod = sq_a*sq_b   # one square root: sqrt(fl(s*s)) is s, so equal arrays give exactly 1
+    norm = math.sqrt(prod) if 0 < prod < math.inf else math.sqrt(sq_a)*math.sqrt(sq_b)
+    return float(np.clip(dot/norm, -1., 1.))
+
+def _pow2_scale(m):
+    "A power of two `s` that brings `m*s` near 1 (1 when `m` is 0): multiplying by it is exact."
+    return math.ldexp(1., min(max(-math.frexp(m)[1], -1022), 1022)) if m > 0 else 1.
+
+def _max_abs(x):
+    return float(np.abs(x).max()) if x.size else 0.
+
+def _max_abs_finite(a, b, chunk_size):
+    "Largest finite |a|, |b|, and the largest |a|, |b| where both are finite."
+    res = [0.]*4
+    for i in range(0, a.size, chunk_size):
+        x, y = np.asarray(a[i:i+chunk_size], dtype=np.float64), np.asarray(b[i:i+chunk_size], dtype=np.float64)
+        fin_x, fin_y = np.isfinite(x), np.isfinite(y)
+        both = fin_x & fin_y
+        res = [max(r, _max_abs(v)) for r, v in zip(res, [x[fin_x], y[fin_y], x[both], y[both]])]
+    return res
+
+def _log10(x): return math.log10(x) if x > 0 else -math.inf
 
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     "Statistics of two same-shape arrays (in float64, chunk by chunk): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
     both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
     a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
+    chunk_size = max(1, int(chunk_size))
+    # float64 data can overflow a sum of squares: scale A and B by powers of two (exact), at the cost of one more read.
+    # float32 and narrower data cannot (3.4e38**2 is far from float64's 1.8e308): no scaling, no extra read.
+    wide = max(a.dtype.itemsize, b.dtype.itemsize) > 4 and (a.dtype.kind == 'f' or b.dtype.kind == 'f')
+    maxima = _max_abs_finite(a, b, chunk_size) if wide else [0.]*4
+    sa, sb, ca, cb = map(_pow2_scale, maxima)   # moments: A's and B's own scale; cosine: over the positions finite in both
+    se = min(ca, cb)                            # sum of squared errors: one scale for both
     na = nb = 0; mean_a = mean_b = m2a = m2b = 0.
-    dot = sq_a = sq_b = sq_err = max_abs = max_a = 0.
-    nan_a = inf_a = nan_b = inf_b = n_both = 0; same_pos = True
+    dot = sq_a = sq_b = sq_a_err = sq_err = max_err = max_abs_a = max_err_s = max_a_s = 0.
+    nan_a = inf_a = nan_b = inf_b = nan_mis = inf_mis = n_both = 0
     size = min(chunk_size, a.size)
     buf_x, buf_y, buf_d = np.empty(size), np.empty(size), np.empty(size)   # reused: no allocation per chunk
+    def scaled(v, s): return v if s == 1. else v*s
     for i in range(0, a.size, chunk_size):
         chunk_a, chunk_b = a[i:i+chunk_size], b[i:i+chunk_size]
         m = chunk_a.size
         x, y, d = buf_x[:m], buf_y[:m], buf_d[:m]
         np.copyto(x, chunk_a, casting='unsafe'); np.copyto(y, chunk_b, casting='unsafe')
-        sum_x, sum_y = float(x.sum()), float(y.sum())
+        sum_x, sum_y = float(scaled(x, sa).sum()), float(scaled(y, sb).sum())
         if math.isfinite(sum_x) and math.isfinite(sum_y):   # a NaN or Inf would make its sum non-finite
             mx, my = sum_x/m, sum_y/m
-            np.subtract(x, mx, out=d); m2x = _dot(d, d)
-            np.subtract(y, my, out=d); m2y = _dot(d, d)
+            np.subtract(scaled(x, sa), mx, out=d); m2x = _dot(d, d)
+            np.subtract(scaled(y, sb), my, out=d); m2y = _dot(d, d)
             na, mean_a, m2a = _merge(na, mean_a, m2a, m, mx, m2x)
             nb, mean_b, m2b = _merge(nb, mean_b, m2b, m, my, m2y)
-            sq_a += m2x + m*mx*mx; sq_b += m2y + m*my*my
         else:
             fin_x, fin_y = np.isfinite(x), np.isfinite(y)
             nan_x, nan_y = np.isnan(x), np.isnan(y)
+            inf_x, inf_y = ~fin_x & ~nan_x, ~fin_y & ~nan_y
             nan_a += int(nan_x.sum()); nan_b += int(nan_y.sum())
-            inf_a += int((~fin_x & ~nan_x).sum()); inf_b += int((~fin_y & ~nan_y).sum())
-            same_pos = (same_pos and np.array_equal(fin_x, fin_y) and np.array_equal(nan_x, nan_y)
-                        and np.array_equal(x[~fin_x & ~nan_x], y[~fin_y & ~nan_y]))   # same positions, same sign of Inf
-            na, mean_a, m2a = _merge(na, mean_a, m2a, *_moments(x[fin_x]))
-            nb, mean_b, m2b = _merge(nb, mean_b, m2b, *_moments(y[fin_y]))
+            inf_a += int(inf_x.sum()); inf_b += int(inf_y.sum())
+            nan_mis += int(np.count_nonzero(nan_x != nan_y))
+            inf_mis += int(np.count_nonzero((inf_x | inf_y) & ~(inf_x & (x == y))))   # Inf in one only, or of the other sign
+            na, mean_a, m2a = _merge(na, mean_a, m2a, *_moments(scaled(x[fin_x], sa)))
+            nb, mean_b, m2b = _merge(nb, mean_b, m2b, *_moments(scaled(y[fin_y], sb)))
             both = fin_x & fin_y
             x, y = x[both], y[both]
             d = d[:x.size]
-            sq_a += _dot(x, x); sq_b += _dot(y, y)
         n_both += x.size
         if x.size == 0: continue
-        dot += _dot(x, y)
-        np.subtract(x, y, out=d); sq_err += _dot(d, d)
-        max_abs = max(max_abs, float(d.max()), -float(d.min())); max_a = max(max_a, float(x.max()), -float(x.min()))
+        np.subtract(x, y, out=d)   # unscaled: the largest error is right even when it is tiny next to the values
+        max_err = max(max_err, float(d.max()), -float(d.min())); max_abs_a = max(max_abs_a, float(x.max()), -float(x.min()))
+        if wide:   # copies, for float64 data only
+            xc, yc = scaled(x, ca), scaled(y, cb)
+            sq_a += _dot(xc, xc); sq_b += _dot(yc, yc); dot += _dot(xc, yc)
+            x, y = scaled(x, se), scaled(y, se)
+            sq_a_err += _dot(x, x)
+            np.subtract(x, y, out=d)   # scaled: the ratio max_rel_err stays right when the error itself overflows
+            max_err_s = max(max_err_s, float(d.max()), -float(d.min())); max_a_s = max(max_a_s, float(x.max()), -float(x.min()))
+        else: sq_a += _dot(x, x); sq_b += _dot(y, y); dot += _dot(x, y)   # the same sums: identical A and B give a cosine of exactly 1
+        sq_err += _dot(d, d)
+    if not wide: sq_a_err, max_err_s, max_a_s = sq_a, max_err, max_abs_a
     nan = float('nan')
-    var_a, var_b = (m2a/na if na else nan), (m2b/nb if nb else nan)
-    notes = []
-    if n_both < a.size: notes.append(f'{a.size - n_both} of {a.size} positions non-finite in A or B, left out')
-    if a.size == 0: notes.append('empty tensors')
+    var_a, var_b = (m2a/na/sa/sa if na else nan), (m2b/nb/sb/sb if nb else nan)
+    std_a, std_b = (math.sqrt(m2a/na)/sa if na else nan), (math.sqrt(m2b/nb)/sb if nb else nan)
     has_both = n_both > 0 or a.size == 0
-    max_rel = max_abs/max_a if max_a > 0 else 0. if max_abs == 0 else math.inf
+    max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf
+    sqnr = math.inf if sq_err == 0 else 10*(_log10(sq_a_err) - _log10(sq_err))   # both in the common scale
     return {'cosine similarity': _cosine(dot, sq_a, sq_b) if has_both else nan,
-            'meanA': mean_a if na else nan, 'meanB': mean_b if nb else nan, 'meanA - meanB': (mean_a - mean_b) if na and nb else nan,
-            'stdA': math.sqrt(var_a), 'stdB': math.sqrt(var_b), 'stdA - stdB': math.sqrt(var_a) - math.sqrt(var_b),
+            'meanA': mean_a/sa if na else nan, 'meanB': mean_b/sb if nb else nan,
+            'meanA - meanB': (mean_a/sa - mean_b/sb) if na and nb else nan,
+            'stdA': std_a, 'stdB': std_b, 'stdA - stdB': std_a - std_b,
             'varA': var_a, 'varB': var_b, 'varA - varB': var_a - var_b,
-            'max_abs_err': max_abs if has_both else nan, 'max_rel_err': max_rel if has_both else nan,
-            'sqnr_db': (math.inf if sq_err == 0 else 10*math.log10(sq_a/sq_err) if sq_a > 0 else -math.inf) if has_both else nan,
-            'nan_A': nan_a, 'inf_A': inf_a, 'nan_B': nan_b, 'inf_B': inf_b, 'nonfinite_positions_match': bool(same_pos),
-            'notes': '; '.join(notes)}
+            'max_abs_err': max_err if has_both else nan, 'max_rel_err': max_rel if has_both else nan,
+            'sqnr_db': sqnr if has_both else nan,
+            'nan_A': nan_a, 'inf_A': inf_a, 'nan_B': nan_b, 'inf_B': inf_b, 'nan_pos_mismatch': nan_mis, 'inf_pos_mismatch': inf_mis,
+            'n_finite_both': n_both, 'n_elements': int(a.size)}
 
 # %% ../nbs/10b_dumps.ipynb #c3de89f0
 def _dtype_kind(dt):
     return 'f' if np.issubdtype(dt, np.floating) else 'c' if np.issubdtype(dt, np.complexfloating) else 'i' if np.issubdtype(dt, np.integer) or dt == np.bool_ else 'o'
 
-def _empty_row(name, notes):
-    return {c: '' for c in CSV_COLUMNS} | {'tensor_name': name, 'notes': notes}
+def _file_kind(mode):
+    return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
+            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'not a regular file')
+
+def open_npy(fn) -> np.ndarray:
+    "Memory-map `.npy` file `fn` read-only: a regular file only (no symlink, FIFO or device, so no hang), no pickle, complete."
+    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))   # O_NONBLOCK: a FIFO opens without a writer
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise ValueError('a symlink, not followed') from None
+        raise
+    with open(fd, 'rb') as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode): raise ValueError(f'{_file_kind(st.st_mode)}, not a regular file')
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0): shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0): shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else: raise ValueError(f'unsupported .npy format version {version}')
+        if dtype.hasobject: raise ValueError('an object array, which only pickle can load')
+        nbytes, offset = math.prod(shape)*dtype.itemsize, f.tell()
+        if st.st_size < offset + nbytes: raise ValueError(f'truncated: {st.st_size - offset} of {nbytes} data bytes')
+        if nbytes == 0: return np.zeros(shape, dtype)
+        return np.memmap(f, dtype=dtype, mode='r', offset=offset, shape=shape, order='F' if fortran else 'C')
 
 def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<19) -> dict:
-    "One CSV row comparing dump files `fa` and `fb`; errors become a row whose notes start with 'ERROR'."
+    "One row comparing dump files `fa` and `fb`: `CSV_COLUMNS`, `dtypeA` and `dtypeB`; or, when they cannot be compared, `tensor_name` and `reason` ('ERROR: ...')."
     fa, fb = Path(fa), Path(fb)
     name = name or fa.name
     try:
-        a, b = np.load(fa, mmap_mode='r', allow_pickle=False), np.load(fb, mmap_mode='r', allow_pickle=False)
+        try: a = open_npy(fa)
+        except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: A: {type(e).__name__}: {e}'}
+        try: b = open_npy(fb)
+        except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: B: {type(e).__name__}: {e}'}
         dtype_a, dtype_b = dtype_a or str(a.dtype), dtype_b or str(b.dtype)
         kinds = _dtype_kind(a.dtype), _dtype_kind(b.dtype)
         if 'o' in kinds or 'c' in kinds or kinds[0] != kinds[1]:
-            return _empty_row(name, f'ERROR: dtype mismatch: A {dtype_a} vs B {dtype_b}')
-        if a.shape != b.shape: return _empty_row(name, f'ERROR: shape mismatch: A {a.shape} vs B {b.shape}')
-        row = {'tensor_name': name, **compare_arrays(a, b, chunk_size)}
-        if dtype_a != dtype_b: row['notes'] = '; '.join(o for o in [f'dtype A {dtype_a} vs B {dtype_b}', row['notes']] if o)
-        return row
-    except Exception as e:
-        return _empty_row(name, f'ERROR: {type(e).__name__}: {e}')
+            return {'tensor_name': name, 'reason': f'ERROR: dtype mismatch: A {dtype_a} vs B {dtype_b}'}
+        if max(a.dtype.itemsize, b.dtype.itemsize) > 8:
+            return {'tensor_name': name, 'reason': f'ERROR: unsupported dtype: A {dtype_a}, B {dtype_b} (wider than float64)'}
+        if a.shape != b.shape: return {'tensor_name': name, 'reason': f'ERROR: shape mismatch: A {a.shape} vs B {b.shape}'}
+        return {'tensor_name': name, **compare_arrays(a, b, chunk_size), 'dtypeA': dtype_a, 'dtypeB': dtype_b}
+    except Exception as e:   # e.g. the file shrank while we read it
+        return {'tensor_name': name, 'reason': f'ERROR: {type(e).__name__}: {e}'}
 
 # %% ../nbs/10b_dumps.ipynb #e977935f
+UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
+
+class CompareSetupError(ValueError):
+    "The dump folders cannot be compared as asked (a symlinked folder, nowhere to write the CSVs): nothing was compared."
+
 def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
 
-def _rank_dirs(folder):
-    if not folder.is_dir(): return {}
-    return {int(m.group(1)): p for p in folder.iterdir() if p.is_dir() and (m := re.fullmatch(r'rank_(\d+)', p.name))}
+def display_name(name) -> str:
+    "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
+    text = os.fsencode(name).decode('utf-8', 'backslashreplace')
+    return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
 
-def write_csv(fn, rows):
-    "Atomically write `rows` (dicts keyed by `CSV_COLUMNS`) to CSV file `fn`."
+def _entries(folder):
+    "{name: st_mode} of `folder`'s entries, from `lstat` (links not followed)."
+    with os.scandir(folder) as it: return {e.name: e.stat(follow_symlinks=False).st_mode for e in it}
+
+def _kind_dir(path, kind):
+    "`path/kind` if it is a real folder, None if there is none; a symlink or a file there is a `CompareSetupError`."
+    p = Path(path)/kind
+    try: mode = os.lstat(p).st_mode
+    except FileNotFoundError: return None
+    if not stat.S_ISDIR(mode): raise CompareSetupError(f"{p} is {_file_kind(mode)}, not a folder: dumps are read only inside the dump folder")
+    return p
+
+def _rank_dirs(folder):
+    "{rank: (path, None or why it is not read)} of the `rank_N` entries of `folder`."
+    if folder is None: return {}
+    return {int(m.group(1)): (folder/n, None if stat.S_ISDIR(mode) else f'ERROR: {folder.name}/{n} is {_file_kind(mode)}, not read')
+            for n, mode in _entries(folder).items() if (m := re.fullmatch(r'rank_(\d+)', n))}
+
+def _npy_files(folder):
+    "{name: None or why it is not read} of the `*.npy` entries of `folder`: only regular files are read."
+    return {n: None if stat.S_ISREG(mode) else f'{_file_kind(mode)}, not read' for n, mode in _entries(folder).items() if n.endswith('.npy')}
+
+def _writable_dir(folder):
+    "Make `folder` (whose parent exists) ready to receive files, or raise `CompareSetupError`: never through a symlink."
+    try:
+        mode = os.lstat(folder).st_mode
+        if not stat.S_ISDIR(mode): raise CompareSetupError(f"cannot write the CSVs: {folder} is {_file_kind(mode)}, not a folder")
+    except FileNotFoundError:
+        try: os.mkdir(folder)
+        except OSError as e: raise CompareSetupError(f"cannot write the CSVs: cannot create {folder}: {e.strerror}") from None
+    probe = folder/'.miniai-write-probe'
+    try: atomic_write(probe, lambda f: f.write(b'ok')); os.unlink(probe)
+    except OSError as e: raise CompareSetupError(f"cannot write the CSVs in {folder}: {e.strerror}") from None
+
+def write_csv(fn, rows, columns=CSV_COLUMNS):
+    "Atomically write `rows` (dicts keyed by `columns`; other keys are left out) to CSV file `fn`."
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, CSV_COLUMNS, extrasaction='ignore', lineterminator='\n')
-    writer.writeheader(); writer.writerows(rows)
-    fn = Path(fn); fn.parent.mkdir(parents=True, exist_ok=True)
+    writer = csv.DictWriter(buf, columns, extrasaction='ignore', lineterminator='\n')
+    writer.writeheader(); writer.writerows({**r, 'tensor_name': display_name(r['tensor_name'])} for r in rows)
     atomic_write(fn, lambda f: f.write(buf.getvalue().encode()))
 
 def read_csv(fn) -> list:
-    "Rows of a compare CSV as dicts, numbers as floats (`''` for empty cells)."
+    "Rows of a compare CSV as dicts: counts as ints, statistics as floats (`nan` and `inf` included), names and reasons as text."
     def conv(k, v):
-        if k in ('tensor_name', 'notes') or v == '': return v
-        if v in ('True', 'False'): return v == 'True'
-        return float(v)
+        if k in ('tensor_name', 'reason'): return v
+        return int(v) if re.fullmatch(r'-?\d+', v) else float(v)
     with open(fn, newline='') as f: return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chunk_size=1<<19, progress=True, verbose=True) -> dict:
-    "Compare dump folders `path_a` and `path_b` file by file; write `A/<kind>/compare_rst/rank_N_rst.csv`; return {(kind, rank): rows}."
+    "Compare dump folders `path_a` and `path_b` file by file, write the CSVs in `path_a`; returns {(kind, rank): {'compared': rows, 'uncompared': rows}}."
     path_a, path_b = Path(path_a), Path(path_b)
     for p, nm in [(path_a, 'pathA'), (path_b, 'pathB')]:
-        if not p.is_dir(): raise FileNotFoundError(f"{nm} {p} is not a folder")
+        if not p.is_dir(): raise CompareSetupError(f"{nm} {p} is not a folder")
     jobs, results = [], {}
     for kind in kinds:
-        ranks_a, ranks_b = _rank_dirs(path_a/kind), _rank_dirs(path_b/kind)
+        ka, kb = _kind_dir(path_a, kind), _kind_dir(path_b, kind)
+        ranks_a, ranks_b = _rank_dirs(ka), _rank_dirs(kb)
         for rank in sorted(set(ranks_a) | set(ranks_b)):
-            da, db = ranks_a.get(rank), ranks_b.get(rank)
-            files_a = {p.name for p in da.glob('*.npy')} if da else set()
-            files_b = {p.name for p in db.glob('*.npy')} if db else set()
-            idx_a, idx_b = (dump_index(da) if da else {}), (dump_index(db) if db else {})
-            results[(kind, rank)] = [_empty_row(n, 'only in A') for n in sorted(files_a - files_b, key=_natural_key)] + \
-                                    [_empty_row(n, 'only in B') for n in sorted(files_b - files_a, key=_natural_key)]
-            for n in files_a & files_b:
-                jobs.append(((kind, rank), da/n, db/n, n, idx_a.get(n, {}).get('dtype'), idx_b.get(n, {}).get('dtype')))
+            (da, bad_a), (db, bad_b) = ranks_a.get(rank, (None, None)), ranks_b.get(rank, (None, None))
+            uncompared = [{'tensor_name': f'rank_{rank}', 'reason': why} for why in (bad_a, bad_b) if why]
+            files_a = _npy_files(da) if da and not bad_a else {}
+            files_b = _npy_files(db) if db and not bad_b else {}
+            idx_a, idx_b = (dump_index(da) if files_a else {}), (dump_index(db) if files_b else {})
+            for side, mine, other in [('A', files_a, files_b), ('B', files_b, files_a)]:
+                uncompared += [{'tensor_name': n, 'reason': f'only in {side}' + (f' ({mine[n]})' if mine[n] else '')}
+                               for n in sorted(set(mine) - set(other), key=_natural_key)]
+            for n in sorted(set(files_a) & set(files_b), key=_natural_key):
+                why = '; '.join(f'{s}: {w}' for s, w in [('A', files_a[n]), ('B', files_b[n])] if w)
+                if why: uncompared.append({'tensor_name': n, 'reason': f'ERROR: {why}'})
+                else: jobs.append(((kind, rank), da/n, db/n, n, idx_a.get(n, {}).get('dtype'), idx_b.get(n, {}).get('dtype')))
+            results[(kind, rank)] = {'compared': [], 'uncompared': uncompared}
+        if ka is not None or ranks_a or ranks_b: _writable_dir(path_a/kind)
+        if ranks_a or ranks_b: _writable_dir(path_a/kind/'compare_rst')   # before comparing: fail early, write nothing elsewhere
         if not ranks_a and not ranks_b and verbose: print(f"no {kind} folders (rank_N) in either path")
-    compared = {k: [] for k in results}
     with ThreadPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as ex:
         futures = {ex.submit(compare_files, fa, fb, n, dta, dtb, chunk_size): key for key, fa, fb, n, dta, dtb in jobs}
         done = as_completed(futures)
         if progress and futures: done = progress_bar(done, total=len(futures))
-        for fut in done: compared[futures[fut]].append(fut.result())
-    for key, rows in results.items():
-        kind, rank = key
-        rows[:0] = sorted(compared[key], key=lambda r: _natural_key(r['tensor_name']))
-        write_csv(path_a/kind/'compare_rst'/f'rank_{rank}_rst.csv', rows)
+        for fut in done:
+            row = fut.result()
+            results[futures[fut]]['uncompared' if 'reason' in row else 'compared'].append(row)
+    for (kind, rank), res in results.items():
+        for rows in res.values(): rows.sort(key=lambda r: _natural_key(r['tensor_name']))
+        out = path_a/kind/'compare_rst'
+        write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
+        write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], UNCOMPARED_COLUMNS)
         if verbose:
-            for r in rows:
-                if r['notes'] in ('only in A', 'only in B'): print(f"{kind}/rank_{rank}: {r['tensor_name']} {r['notes']}")
+            for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {display_name(r['tensor_name'])}: {r['reason']}")
+            if len(res['uncompared']) > 20: print(f"{kind}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
+            dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
+            for (dta, dtb), n in dtypes.items(): print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {dta} vs B {dtb}")
     return results
 
 # %% ../nbs/10b_dumps.ipynb #991a917f
-def _violations(rows, min_cosine=None, max_abs_err=None):
+def find_failures(results, min_cosine=None, max_abs_err=None, allow_missing=False, allow_nonfinite_mismatch=False) -> list:
+    "The reasons `compare_dumps`'s `results` fail the gate, as `(where, tensor_name, why)`; empty when every tensor was compared and passed."
     bad = []
-    for r in rows:
-        if r['notes'] in ('only in A', 'only in B'): continue
-        if r['notes'].startswith('ERROR'): bad.append((r['tensor_name'], r['notes'])); continue
-        cos, err = r['cosine similarity'], r['max_abs_err']
-        if min_cosine is not None and not cos >= min_cosine: bad.append((r['tensor_name'], f'cosine {cos:.6g} < {min_cosine}'))
-        elif max_abs_err is not None and not err <= max_abs_err: bad.append((r['tensor_name'], f'max_abs_err {err:.6g} > {max_abs_err}'))
+    for (kind, rank), res in results.items():
+        where = f'{kind}/rank_{rank}'
+        for r in res['uncompared']:
+            if not (allow_missing and r['reason'].startswith('only in')): bad.append((where, r['tensor_name'], r['reason']))
+        for r in res['compared']:
+            why = []
+            if not allow_nonfinite_mismatch:
+                if r['nan_pos_mismatch']: why.append(f"NaN at {r['nan_pos_mismatch']} position(s) in one run only")
+                if r['inf_pos_mismatch']: why.append(f"Inf at {r['inf_pos_mismatch']} position(s) in one run only, or of the other sign")
+            cos, err = r['cosine similarity'], r['max_abs_err']
+            if min_cosine is not None and not cos >= min_cosine: why.append(f'cosine {cos!r} < {min_cosine!r}')
+            if max_abs_err is not None and not err <= max_abs_err: why.append(f'max_abs_err {err!r} > {max_abs_err!r}')
+            if why: bad.append((where, r['tensor_name'], '; '.join(why)))
+    if not any(res['compared'] for res in results.values()): bad.append(('', '', 'nothing was compared: no file is in both runs'))
     return bad
 
-def _summary(kind, rank, rows):
-    ok = [r for r in rows if r['cosine similarity'] != '' and not math.isnan(r['cosine similarity'])]
-    n_err = sum(r['notes'].startswith('ERROR') for r in rows)
-    n_only = sum(r['notes'] in ('only in A', 'only in B') for r in rows)
-    cos = min((r['cosine similarity'] for r in ok), default=float('nan'))
-    err = max((r['max_abs_err'] for r in ok), default=float('nan'))
-    return f'{kind}/rank_{rank}: {len(ok)} compared, min cosine {cos:.6f}, max abs err {err:.4g}, {n_err} errors, {n_only} in one run only'
+def _summary(kind, rank, res):
+    rows, unc = res['compared'], res['uncompared']
+    cos = min((r['cosine similarity'] for r in rows), default=math.nan, key=lambda c: -math.inf if math.isnan(c) else c)
+    err = max((r['max_abs_err'] for r in rows), default=math.nan, key=lambda e: math.inf if math.isnan(e) else e)
+    n_mis = sum(r['nan_pos_mismatch'] > 0 or r['inf_pos_mismatch'] > 0 for r in rows)
+    n_only = [sum(r['reason'].startswith(f'only in {s}') for r in unc) for s in 'AB']
+    return (f'{kind}/rank_{rank}: {len(rows)} compared, min cosine {cos!r}, max abs err {err!r}, {n_mis} with NaN/Inf at other positions, '
+            f'{len(unc) - sum(n_only)} errors, {n_only[0]} in A only, {n_only[1]} in B only')
+
+def _number(lo, hi, what):
+    "An argparse type: a float in [lo, hi] (so not NaN)."
+    def conv(s):
+        try: v = float(s)
+        except ValueError: raise argparse.ArgumentTypeError(f'{s!r} is not a number') from None
+        if not lo <= v <= hi: raise argparse.ArgumentTypeError(f'{s} is not {what}')
+        return v
+    return conv
 
 def compare_main(argv=None):
-    "Entry point of `miniai-compare`: compare two dump folders, write per-rank CSVs, exit 1 if a threshold is violated."
+    "Entry point of `miniai-compare`: compare two dump folders, write the CSVs; exit 0 only if every tensor of A and B was compared and passed, 1 if not, 2 on usage errors."
+    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation): sys.stdout.reconfigure(errors='backslashreplace')
     p = argparse.ArgumentParser(prog='miniai-compare', description="Compare two folders of tensors saved by miniai's "
-        "register_saving_hook, per rank; writes pathA/{tensors,grads}/compare_rst/rank_N_rst.csv.")
+        "register_saving_hook, per rank; writes pathA/{tensors,grads}/compare_rst/rank_N_rst.csv (the pairs) and "
+        "rank_N_uncompared.csv (files in one run only, files that could not be read). Exit status: 0 when every file of A "
+        "and B was compared and passed, 1 when not (or nothing was compared), 2 on usage errors.")
     p.add_argument('--pathA', required=True, help='dump folder of the reference run (the CSVs are written here)')
     p.add_argument('--pathB', required=True, help='dump folder of the run to compare with it')
-    p.add_argument('--min-cosine', type=float, default=None, help='exit 1 if a pair has a lower cosine similarity')
-    p.add_argument('--max-abs-err', type=float, default=None, help='exit 1 if a pair has a larger max absolute error')
+    p.add_argument('--min-cosine', type=_number(0., 1., 'between 0 and 1'), default=None, help='fail a pair with a lower cosine similarity (0 to 1)')
+    p.add_argument('--max-abs-err', type=_number(0., sys.float_info.max, 'a finite number >= 0'), default=None, help='fail a pair with a larger max absolute error')
+    p.add_argument('--allow-missing', action='store_true', help='files in one run only are reported but do not fail')
+    p.add_argument('--allow-nonfinite-mismatch', action='store_true', help='NaN/Inf at different positions in A and B are reported but do not fail')
     p.add_argument('--kinds', nargs='+', choices=['tensors', 'grads'], default=['tensors', 'grads'], help='what to compare')
     p.add_argument('--workers', type=int, default=None, help='threads comparing files in parallel (default: up to 4)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     args = p.parse_args(argv)
     for nm in ('pathA', 'pathB'):
-        if not Path(getattr(args, nm)).is_dir(): p.error(f'--{nm} {getattr(args, nm)} is not a folder')
+        path = getattr(args, nm)
+        try: is_dir = Path(path).is_dir()
+        except OSError as e: p.error(f'--{nm} {display_name(path)}: {e.strerror}')
+        if not is_dir: p.error(f'--{nm} {display_name(path)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
-    res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
+    try: res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
+    except (CompareSetupError, OSError) as e: p.error(display_name(str(e)))
     if not args.no_progress: print()   # end the console progress bar's line
-    bad = []
-    for (kind, rank), rows in res.items():
-        print(_summary(kind, rank, rows))
-        bad += [(f'{kind}/rank_{rank}', *o) for o in _violations(rows, args.min_cosine, args.max_abs_err)]
-    print(f'CSV files: {Path(args.pathA)}/<kind>/compare_rst/rank_N_rst.csv')
-    if args.min_cosine is None and args.max_abs_err is None: sys.exit(0)
-    for where, name, why in bad[:20]: print(f'FAIL {where}/{name}: {why}')
-    if bad: print(f'{len(bad)} pair(s) fail the thresholds'); sys.exit(1)
-    print('all compared pairs pass the thresholds'); sys.exit(0)
+    for (kind, rank), r in res.items(): print(_summary(kind, rank, r))
+    print(f'CSV files: {display_name(str(args.pathA))}/<kind>/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
+    bad = find_failures(res, args.min_cosine, args.max_abs_err, args.allow_missing, args.allow_nonfinite_mismatch)
+    for where, name, why in bad[:20]: print(f'FAIL {where}/{display_name(name)}: {why}' if where else f'FAIL: {why}')
+    if len(bad) > 20: print(f'... and {len(bad) - 20} more')
+    if bad: print(f'{len(bad)} failure(s): exit 1'); sys.exit(1)
+    n = sum(len(r['compared']) for r in res.values())
+    print(f'all {n} pairs compared and passed'); sys.exit(0)
 
 # %% ../nbs/10b_dumps.ipynb #5bec5b4b
 if __name__ == '__main__' and '__file__' in globals(): compare_main()

@@ -56,12 +56,14 @@ def test_two_ranks_dump_and_compare(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     for kind, n in [('tensors', 4), ('grads', 8)]:
         csvs = sorted(p.name for p in (run_a/kind/'compare_rst').iterdir())
-        assert csvs == ['rank_0_rst.csv', 'rank_1_rst.csv'], csvs
-        for name in csvs:
+        assert csvs == ['rank_0_rst.csv', 'rank_0_uncompared.csv', 'rank_1_rst.csv', 'rank_1_uncompared.csv'], csvs
+        for name in ['rank_0_rst.csv', 'rank_1_rst.csv']:
             with open(run_a/kind/'compare_rst'/name, newline='') as f: rows = list(csv.reader(f))
             assert rows[0][:11] == HEADER
             assert len(rows) == 1 + n
-            assert all(r[-1] == '' for r in rows[1:]), rows          # no errors, nothing in one run only
+            assert all(float(c) == float(c) or c == 'nan' for r in rows[1:] for c in r[1:]), rows   # numbers only
+        for rank in (0, 1):   # no errors, nothing in one run only
+            assert (run_a/kind/'compare_rst'/f'rank_{rank}_uncompared.csv').read_text() == 'tensor_name,reason\n'
     # the first layer's output on each rank differs only by the input scale (and a bias): cosine near 1
     with open(run_a/'tensors'/'compare_rst'/'rank_1_rst.csv', newline='') as f: first = next(csv.DictReader(f))
     assert 0.95 < float(first['cosine similarity']) <= 1.0 + 1e-12, first
@@ -93,3 +95,62 @@ def test_atexit_flushes(tmp_path):
     assert len(list(folder.glob('*.npy'))) == 6
     assert len(list((tmp_path/'dump'/'grads'/'rank_0').glob('*.npy'))) == 12
     assert (folder/'index.json').exists() and not list(folder.glob('*.tmp'))
+
+def run_script(tmp_path, body):
+    script = tmp_path/'script.py'
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script), str(tmp_path/'dump')], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, 'OMP_NUM_THREADS': '1'})
+
+def test_removed_hook_is_not_flushed_at_exit(tmp_path):
+    "A hook removed by hand whose folder is then deleted: nothing happens at exit (it used to flush again and print a traceback)."
+    res = run_script(tmp_path, '''
+        import sys, shutil, torch
+        from torch import nn
+        from miniai.dumps import register_saving_hook
+        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4)), sys.argv[1], 'Linear', -1, -1)
+        model(torch.randn(8, 4)).sum().backward()
+        model.saving_hook.remove()
+        shutil.rmtree(sys.argv[1])
+    ''')
+    assert res.returncode == 0 and res.stderr == '', res.stderr
+
+def test_unremoved_hook_with_folder_gone_is_one_line(tmp_path):
+    "A hook never removed whose folder is deleted before exit: one line on stderr, no traceback, the script's own exit status."
+    res = run_script(tmp_path, '''
+        import sys, shutil, torch
+        from torch import nn
+        from miniai.dumps import register_saving_hook
+        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4)), sys.argv[1], 'Linear', -1, -1, background=True)
+        model(torch.randn(8, 4)).sum().backward()
+        shutil.rmtree(sys.argv[1])
+    ''')
+    assert res.returncode == 0, res.stderr
+    assert 'Traceback' not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert 'could not write everything at exit' in res.stderr
+
+def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
+    "A 200-character layer name is saved (it used to fail at close with a temporary name over 255 bytes); a second registration replaces the first, with a warning, and the first hook's files are all on disk."
+    res = run_script(tmp_path, '''
+        import sys, warnings, torch
+        from pathlib import Path
+        from torch import nn
+        from miniai.dumps import register_saving_hook
+        model = nn.Sequential()
+        model.add_module('x'*200, nn.Linear(4, 4))
+        model = register_saving_hook(model, Path(sys.argv[1])/'first', 'Linear', -1, -1)
+        model(torch.randn(8, 4)).sum().backward()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            model = register_saving_hook(model, Path(sys.argv[1])/'second', 'Linear', -1, -1)
+        print(len(caught), caught[0].message)
+        model(torch.randn(8, 4)).sum().backward()
+        model.saving_hook.close()
+    ''')
+    assert res.returncode == 0 and res.stdout.startswith('1 register_saving_hook: this model already had a saving hook'), res.stdout + res.stderr
+    for run in ('first', 'second'):
+        folder = tmp_path/'dump'/run
+        assert len(list((folder/'tensors'/'rank_0').glob('*.npy'))) == 1
+        assert len(list((folder/'grads'/'rank_0').glob('*.npy'))) == 2
+        assert all(len(p.name.encode()) <= 200 for p in folder.rglob('*.npy'))
+        assert not list(folder.rglob('*.tmp'))

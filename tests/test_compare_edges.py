@@ -1,0 +1,187 @@
+"""miniai.dumps at the edges: `compare_arrays` against a float64/longdouble reference on random arrays that mix huge,
+tiny, subnormal, NaN and Inf values, and `miniai-compare` run as a command on broken runs (its exit status is the point)."""
+import math, os, shutil, subprocess, sys, tempfile
+from pathlib import Path
+import numpy as np, pytest
+from hypothesis import given, settings, HealthCheck, strategies as st
+from hypothesis.extra import numpy as hnp
+from miniai.dumps import compare_arrays
+
+ROOT = Path(__file__).parent.parent
+
+def reference(a, b):
+    "The statistics `compare_arrays` computes, straight from the definitions, in long double (no overflow for float64 squares)."
+    L = np.longdouble
+    a, b = a.ravel(), b.ravel()
+    fin_a, fin_b = np.isfinite(a), np.isfinite(b)
+    both = fin_a & fin_b
+    x, y = a[both].astype(L), b[both].astype(L)
+    fa, fb = a[fin_a].astype(L), b[fin_b].astype(L)
+    sq_a, sq_b = (x*x).sum(), (y*y).sum()
+    cos = 1. if sq_a == 0 and sq_b == 0 else 0. if sq_a == 0 or sq_b == 0 else float((x*y).sum()/np.sqrt(sq_a)/np.sqrt(sq_b))
+    inf_a, inf_b = np.isinf(a), np.isinf(b)
+    return {'cosine similarity': cos if both.any() or a.size == 0 else math.nan,
+            'meanA': float(fa.mean()) if fa.size else math.nan, 'stdA': float(fa.std()) if fa.size else math.nan,
+            'varA': float(fa.var()) if fa.size else math.nan, 'stdB': float(fb.std()) if fb.size else math.nan,
+            'max_abs_err': float(np.abs(x - y).max()) if x.size else (0. if a.size == 0 else math.nan),
+            'max_rel_err': (float(np.abs(x - y).max()/np.abs(x).max()) if x.size and np.abs(x).max() > 0 else
+                            0. if not x.size or not np.abs(x - y).max() else math.inf) if x.size or a.size == 0 else math.nan,
+            'nan_A': int(np.isnan(a).sum()), 'inf_A': int(inf_a.sum()), 'nan_B': int(np.isnan(b).sum()), 'inf_B': int(inf_b.sum()),
+            'nan_pos_mismatch': int((np.isnan(a) != np.isnan(b)).sum()),
+            'inf_pos_mismatch': int(((inf_a | inf_b) & ~(inf_a & (a == b))).sum()), 'n_finite_both': int(both.sum())}, (fa, fb, x, y)
+
+def close(got, want, tol):
+    if math.isnan(want): return math.isnan(got)
+    if math.isinf(want): return got == want
+    return abs(got - want) <= tol
+
+special = st.sampled_from([0., -0., 1e-45, 5e-324, 2.2e-308, 1e-300, 1e300, 1.7e308, -1.7e308, 3.4e38, math.nan, math.inf, -math.inf])
+def values(dtype):
+    finite = st.floats(allow_nan=False, allow_infinity=False, width=32 if dtype == np.float32 else 64)
+    return st.one_of(finite, special, st.floats(-2, 2, width=32))
+
+def scaled_copy(a, s):
+    with np.errstate(all='ignore'): return (a*a.dtype.type(s)).astype(a.dtype)
+
+@st.composite
+def array_pairs(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n = draw(st.integers(0, 300))
+    with np.errstate(all='ignore'): a = draw(hnp.arrays(dtype, n, elements=values(dtype)))
+    b = draw(st.one_of(hnp.arrays(dtype, n, elements=values(dtype)),   # unrelated
+                       st.just(a.copy()),                               # identical
+                       st.builds(lambda s: scaled_copy(a, s), st.sampled_from([0.5, 1.0000001, -1, 2.]))))
+    return a, b, draw(st.integers(1, 400))
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(array_pairs())
+def test_compare_arrays_matches_reference(pair):
+    a, b, chunk = pair
+    with np.errstate(all='ignore'):
+        got = compare_arrays(a, b, chunk_size=chunk)
+        want, (fa, fb, x, y) = reference(a, b)
+    n = max(a.size, 1)
+    eps = n*2.**-50   # float64 sums of n terms: relative error below n*2^-53, with room
+    for k in ['nan_A', 'inf_A', 'nan_B', 'inf_B', 'nan_pos_mismatch', 'inf_pos_mismatch', 'n_finite_both']:
+        assert got[k] == want[k], (k, got[k], want[k])   # counts are exact
+    assert got['n_elements'] == a.size
+    assert close(got['cosine similarity'], want['cosine similarity'], 4*eps), (got['cosine similarity'], want['cosine similarity'])
+    scale_a = float(np.abs(fa).max()) if fa.size else 0.
+    scale_b = float(np.abs(fb).max()) if fb.size else 0.
+    assert close(got['meanA'], want['meanA'], eps*scale_a), (got['meanA'], want['meanA'])
+    assert close(got['stdA'], want['stdA'], 4*eps*scale_a), (got['stdA'], want['stdA'])
+    assert close(got['stdB'], want['stdB'], 4*eps*scale_b), (got['stdB'], want['stdB'])
+    if math.isfinite(want['varA']) and want['varA'] < 1e300: assert close(got['varA'], want['varA'], 8*eps*scale_a*scale_a)
+    err_scale = float(np.abs(x - y).max()) if x.size else 0.
+    assert close(got['max_abs_err'], want['max_abs_err'], 2.**-52*err_scale), (got['max_abs_err'], want['max_abs_err'])
+    assert close(got['max_rel_err'], want['max_rel_err'], 2.**-50*abs(want['max_rel_err'])), (got['max_rel_err'], want['max_rel_err'])
+
+@settings(max_examples=50, deadline=None)
+@given(array_pairs(), st.integers(1, 50))
+def test_chunking_changes_nothing_exact(pair, chunk2):
+    "Counts and the max error do not depend on the chunk size at all; the rest within rounding."
+    a, b, chunk = pair
+    with np.errstate(all='ignore'): r1, r2 = compare_arrays(a, b, chunk), compare_arrays(a, b, chunk2)
+    for k in ['nan_A', 'inf_A', 'nan_B', 'inf_B', 'nan_pos_mismatch', 'inf_pos_mismatch', 'n_finite_both', 'max_abs_err']:
+        assert r1[k] == r2[k] or (math.isnan(r1[k]) and math.isnan(r2[k])), k
+
+# --- the command -----------------------------------------------------------------------------------------------------
+
+def cli(*args, timeout=60):
+    env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, '-m', 'miniai.dumps', '--no-progress', *map(str, args)],
+                          capture_output=True, timeout=timeout, env=env)
+
+def runs(tmp_path, a, b, name='t.npy'):
+    for run, arr in [('A', a), ('B', b)]:
+        folder = tmp_path/run/'tensors'/'rank_0'
+        folder.mkdir(parents=True)
+        if arr is not None: np.save(folder/name, arr)
+    return tmp_path/'A', tmp_path/'B'
+
+GOOD = np.linspace(1, 2, 1000, dtype='f4')
+
+def test_nan_in_b_fails_even_with_thresholds_met(tmp_path):
+    "The issue's reproduction: half of B is NaN; the finite half is equal to A."
+    broken = GOOD.copy(); broken[:500] = np.nan
+    A, B = runs(tmp_path, GOOD, broken)
+    res = cli('--pathA', A, '--pathB', B, '--min-cosine', '0.9999', '--max-abs-err', '0')
+    out = res.stdout.decode()
+    assert res.returncode == 1, out
+    assert 'FAIL tensors/rank_0/t.npy: NaN at 500 position(s) in one run only' in out
+    assert b'Traceback' not in res.stderr
+    assert cli('--pathA', A, '--pathB', B, '--allow-nonfinite-mismatch').returncode == 0
+
+def test_b_lacks_every_tensor(tmp_path):
+    A, B = runs(tmp_path, GOOD, None)
+    res = cli('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and b't.npy: only in A' in res.stdout, res.stdout
+    assert (A/'tensors'/'compare_rst'/'rank_0_uncompared.csv').read_text() == 'tensor_name,reason\nt.npy,only in A\n'
+
+def test_nothing_compared(tmp_path):
+    (tmp_path/'A').mkdir(); (tmp_path/'B').mkdir()
+    res = cli('--pathA', tmp_path/'A', '--pathB', tmp_path/'B')
+    assert res.returncode == 1 and b'nothing was compared' in res.stdout, res.stdout
+
+def test_error_rows_fail_without_thresholds(tmp_path):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    (B/'tensors'/'rank_0'/'t.npy').write_bytes((A/'tensors'/'rank_0'/'t.npy').read_bytes()[:500])   # truncated
+    res = cli('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and b'truncated' in res.stdout, res.stdout
+
+def test_identical_runs_pass(tmp_path):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    res = cli('--pathA', A, '--pathB', B, '--min-cosine', '1', '--max-abs-err', '0')
+    assert res.returncode == 0 and b'all 1 pairs compared and passed' in res.stdout, res.stdout + res.stderr
+
+def test_fifo_does_not_hang_and_symlink_is_not_followed(tmp_path):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    np.save(A/'tensors'/'rank_0'/'fifo.npy', GOOD); os.mkfifo(B/'tensors'/'rank_0'/'fifo.npy')
+    secret = tmp_path/'outside.npy'; np.save(secret, GOOD)
+    np.save(A/'tensors'/'rank_0'/'link.npy', GOOD); (B/'tensors'/'rank_0'/'link.npy').symlink_to(secret)
+    res = cli('--pathA', A, '--pathB', B, timeout=30)   # np.load on the FIFO would block forever
+    out = res.stdout.decode()
+    assert res.returncode == 1, out
+    assert 'fifo.npy: ERROR: B: a FIFO, not read' in out and 'link.npy: ERROR: B: a symlink, not read' in out, out
+
+def test_non_utf8_name(tmp_path):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    def save(run, name):
+        with open(os.path.join(os.fsencode(run/'tensors'/'rank_0'), name), 'wb') as f: np.save(f, GOOD)
+    save(A, b'\xff\xfe.npy'); save(B, b'\xff\xfe.npy'); save(A, b'only\xff.npy')
+    res = cli('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and b'Traceback' not in res.stderr, res.stderr
+    assert b'only\\xff.npy: only in A' in res.stdout, res.stdout
+    assert '\\xff\\xfe.npy,1.0' in (A/'tensors'/'compare_rst'/'rank_0_rst.csv').read_text()
+
+def test_symlinked_compare_rst_is_refused(tmp_path):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    target = tmp_path/'elsewhere'; target.mkdir()
+    (A/'tensors'/'compare_rst').symlink_to(target)
+    res = cli('--pathA', A, '--pathB', B)
+    assert res.returncode == 2 and b'cannot write the CSVs' in res.stderr and b'Traceback' not in res.stderr, res.stderr
+    assert list(target.iterdir()) == []
+
+@pytest.mark.skipif(os.name != 'posix' or not Path('/usr/bin/setpriv').exists(), reason='needs setpriv to drop root')
+def test_read_only_path_a():
+    "A pathA the user cannot write to: a usage error before comparing (run as `nobody` when we are root, since root writes anywhere)."
+    base = Path(tempfile.mkdtemp()); base.chmod(0o755)
+    try:
+        A, B = runs(base, GOOD, GOOD)
+        (A/'tensors').chmod(0o555)
+        cmd = [sys.executable, '-m', 'miniai.dumps', '--no-progress', '--pathA', str(A), '--pathB', str(B)]
+        if os.geteuid() == 0: cmd = ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', *cmd]
+        res = subprocess.run(cmd, capture_output=True, timeout=60, env={**os.environ, 'PYTHONPATH': str(ROOT), 'HOME': str(base)})
+        if b'usage: miniai-compare' not in res.stderr and res.returncode != 1: pytest.skip(f'cannot run as nobody here: {res.stderr[-300:]!r}')
+        assert res.returncode == 2 and b'cannot write the CSVs' in res.stderr and b'Traceback' not in res.stderr, res.stderr
+        assert not (A/'tensors'/'compare_rst').exists()
+    finally: shutil.rmtree(base)
+
+@pytest.mark.parametrize('args', [['--min-cosine', 'nan'], ['--min-cosine', '-0.5'], ['--max-abs-err', '-1'], ['--max-abs-err', 'nan']])
+def test_bad_thresholds(tmp_path, args):
+    A, B = runs(tmp_path, GOOD, GOOD)
+    res = subprocess.run([sys.executable, '-c', 'import sys; from miniai.dumps import compare_main; compare_main(sys.argv[1:])',
+                          '--pathA', str(A), '--pathB', str(B), *args], capture_output=True, timeout=60,
+                         env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert res.returncode == 2 and b'usage: miniai-compare' in res.stderr and b'Traceback' not in res.stderr, res.stderr
+    assert not (A/'tensors'/'compare_rst').exists()   # nothing compared, nothing written
