@@ -127,7 +127,7 @@ def compare_only(root):
     t0 = time.perf_counter()
     res = compare_dumps(Path(root)/'A', Path(root)/'B', progress=False, verbose=False)
     dt = time.perf_counter() - t0
-    print(json.dumps(dict(seconds=dt, rows=sum(len(v) for v in res.values()), rss_before_mb=rss0/1024, rss_peak_mb=status('VmHWM')/1024)))
+    print(json.dumps(dict(seconds=dt, rows=sum(len(v['compared']) for v in res.values()), rss_before_mb=rss0/1024, rss_peak_mb=status('VmHWM')/1024)))
 
 def bench_compare(args, tmp):
     root = Path(tempfile.mkdtemp(dir=tmp))
