@@ -6,10 +6,11 @@ Docs: https://miniai.github.io/miniai/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #4d247401
 from __future__ import annotations
-import argparse, json, os, sys, time
+import argparse, json, math, operator, os, sys, tempfile, time
+from collections.abc import Mapping
 from pathlib import Path
 
-import torch, matplotlib
+import numpy as np, torch, matplotlib
 import fastcore.all as fc
 from torch import nn
 import torch.nn.functional as F
@@ -17,10 +18,12 @@ import torch.nn.functional as F
 from .datasets import *
 from .learner import *
 from .activations import *
+from .dumps import atomic_write
 from .init import variant_names, make_variant
 
 # %% auto #0
-__all__ = ['model_names', 'build_variant', 'diagnose_run', 'main']
+__all__ = ['epochs_count', 'batch_size', 'seed_value', 'model_names', 'build_variant', 'BadArgument', 'learning_rate',
+           'whole_number', 'writable_dir', 'json_safe', 'diagnose_run', 'main']
 
 # %% ../nbs/90_cli.ipynb #32f42a0d
 def model_names():
@@ -35,12 +38,80 @@ def build_variant(name, dls, seed=1):
         return dict(model=baseline_cnn(), cbs=[], lr=0.6, epochs=1, mod_filter=fc.risinstance(nn.Conv2d))
     return make_variant(name, dls, seed=seed)
 
+# %% ../nbs/90_cli.ipynb #c90a0002
+class BadArgument(ValueError, argparse.ArgumentTypeError):
+    "A bad option value: a `ValueError` for Python callers, a usage error (exit code 2) for argparse."
+
+def _as_number(v, kind):
+    try: return kind(v) if isinstance(v, str) else float(v) if kind is float else operator.index(v)
+    except (TypeError, ValueError): raise BadArgument(f"expected {'a number' if kind is float else 'a whole number'}, got {v!r}") from None
+
+def learning_rate(v):
+    "`v` as a learning rate: a finite number above 0."
+    lr = _as_number(v, float)
+    if not (math.isfinite(lr) and lr > 0): raise BadArgument(f'must be a finite number above 0, got {v!r}')
+    return lr
+
+def whole_number(lo, hi=None):
+    "A check for whole numbers from `lo` to `hi` (no upper limit when `hi` is None)."
+    def check(v):
+        n = _as_number(v, int)
+        if n < lo or (hi is not None and n > hi):
+            raise BadArgument(f"must be {f'from {lo} to {hi}' if hi is not None else f'at least {lo}'}, got {v!r}")
+        return n
+    check.__name__ = 'whole number'
+    return check
+
+epochs_count, batch_size, seed_value = whole_number(1), whole_number(1), whole_number(0, 2**32-1)   # numpy's seeds are 32-bit
+
+# %% ../nbs/90_cli.ipynb #c90a0005
+def writable_dir(out):
+    "Folder `out` as a `Path`, made if needed, where a file was just created and removed; raises `BadArgument` saying why not."
+    if str(out).strip() == '': raise BadArgument('must name a folder, got an empty string')
+    out = Path(out)
+    if out.exists() and not out.is_dir(): raise BadArgument(f'{str(out)!r} is a file, not a folder')
+    made = [p for p in (out, *out.parents) if not p.exists()]      # innermost first, to remove them again on failure
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix='.miniai-probe-')
+        os.close(fd); os.unlink(probe)
+    except OSError as e:
+        for p in made:
+            try: p.rmdir()
+            except OSError: pass
+        raise BadArgument(f'cannot write files in {str(out)!r}: {e.strerror or e}') from None
+    return out
+
+# %% ../nbs/90_cli.ipynb #c90a0008
+def _why_null(v): return 'NaN' if math.isnan(v) else 'Infinity' if v > 0 else '-Infinity'
+
+def json_safe(o):
+    "`o` (dicts, lists, numbers, strings) with every NaN and infinite float as None; a dict holding one gets `null_reasons` {key: why}."
+    if isinstance(o, (float, np.floating)): return float(o) if math.isfinite(o) else None
+    if isinstance(o, (list, tuple)): return [json_safe(v) for v in o]
+    if not isinstance(o, Mapping): return o
+    res, reasons = {}, dict(o.get('null_reasons', {}))
+    for k, v in o.items():
+        if k == 'null_reasons': continue
+        if isinstance(v, (float, np.floating)) and not math.isfinite(v): reasons.setdefault(k, _why_null(v))
+        res[k] = json_safe(v)
+    if reasons: res['null_reasons'] = reasons
+    return res
+
 # %% ../nbs/90_cli.ipynb #6b4b207c
+def _checked(name, check, v):
+    try: return check(v)
+    except BadArgument as e: raise BadArgument(f'{name} {e}') from None
+
 def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=1024, seed=1, exact=False, progress=True):
-    "Train lesson model `model` with ActivationStats, write plots and summary.json to `out`, return the summary."
+    "Train lesson model `model` with ActivationStats, write plots and summary.json to `out`, return the summary (NaN where the file has null)."
     import matplotlib.pyplot as plt
     from torcheval.metrics import MulticlassAccuracy
-    out = Path(out); out.mkdir(parents=True, exist_ok=True)
+    if model not in model_names(): raise BadArgument(f"model: unknown model {model!r}; choose one of {', '.join(model_names())}")
+    if epochs is not None: epochs = _checked('epochs', epochs_count, epochs)
+    if lr is not None: lr = _checked('lr', learning_rate, lr)
+    bs, seed = _checked('bs', batch_size, bs), _checked('seed', seed_value, seed)
+    out = _checked('out', writable_dir, out)
     dls = fashion_dls(bs)
     v = build_variant(model, dls, seed=seed)
     epochs = epochs or v.get('epochs', 1)
@@ -59,28 +130,33 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
         fig = getattr(astats, name)()
         fig.savefig(out/f'{name}.png', dpi=100); plt.close(fig)
     rows = astats.diagnose()
+    for r in rows:   # a layer that saw no batch: its NaNs mean "not recorded"
+        if 'not recorded' in r['flags']: r['null_reasons'] = {k: 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)}
     summary = dict(model=model, epochs=epochs, lr=lr, batch_size=bs, seed=seed, accuracy=accuracy,
                    train_seconds=round(secs, 2), layers=rows)
-    tmp = out/'summary.json.tmp'
-    tmp.write_text(json.dumps(summary, indent=2)); os.replace(tmp, out/'summary.json')
+    text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
+    atomic_write(out/'summary.json', lambda f: f.write(text.encode()))
     return summary
 
 # %% ../nbs/90_cli.ipynb #1e8e9733
+class _Parser(argparse.ArgumentParser):
+    "argparse, with every usage error as one line on stderr (and exit code 2)."
+    def error(self, message): self.exit(2, f'{self.prog}: error: {message} (see {self.prog} --help)\n')
+
 def main(argv=None):
     "Command line entry point of `miniai-diagnose` (and `python -m miniai`)."
-    p = argparse.ArgumentParser(prog='miniai-diagnose',
+    p = _Parser(prog='miniai-diagnose',
         description='Train a lesson model on FashionMNIST with ActivationStats; print the diagnosis, write plots and summary.json.')
     p.add_argument('--model', default='baseline', choices=model_names(), help='which lesson model to train (default: baseline)')
-    p.add_argument('--epochs', type=int, default=None, help="epochs to train (default: the model's own, 1 for the baseline)")
-    p.add_argument('--lr', type=float, default=None, help="learning rate (default: the model's own, 0.6 for the baseline)")
-    p.add_argument('--out', default='miniai-diagnosis', help='folder for the plots and summary.json (default: ./miniai-diagnosis)')
-    p.add_argument('--bs', type=int, default=1024, help='batch size (default: 1024)')
-    p.add_argument('--seed', type=int, default=1, help='random seed (default: 1)')
+    p.add_argument('--epochs', type=epochs_count, default=None, help="epochs to train, at least 1 (default: the model's own, 1 for the baseline)")
+    p.add_argument('--lr', type=learning_rate, default=None, help="learning rate, finite and above 0 (default: the model's own, 0.6 for the baseline)")
+    p.add_argument('--out', default='miniai-diagnosis', help='folder for the plots and summary.json, made if needed (default: ./miniai-diagnosis)')
+    p.add_argument('--bs', type=batch_size, default=1024, help='batch size, at least 1 (default: 1024)')
+    p.add_argument('--seed', type=seed_value, default=1, help='random seed, 0 to 2**32-1 (default: 1)')
     p.add_argument('--exact', action='store_true', help='exact histograms instead of a 16K random sample per layer and batch')
     args = p.parse_args(argv)
-    if args.epochs is not None and args.epochs < 1: p.error('--epochs must be at least 1')
-    if args.lr is not None and not args.lr > 0: p.error('--lr must be positive')
-    if args.bs < 1: p.error('--bs must be at least 1')
+    try: writable_dir(args.out)
+    except BadArgument as e: p.error(f'argument --out: {e}')
     matplotlib.use('Agg')
     # progress bars on a terminal; piped or captured output gets the per-epoch metrics only
     s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty())

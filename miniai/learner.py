@@ -6,11 +6,12 @@ Docs: https://miniai.github.io/miniai/learner.html.md"""
 
 # %% ../nbs/09_learner.ipynb #d8956ee6
 from __future__ import annotations
-import math, random, warnings
+import math, random, traceback, warnings
 from copy import copy
 from functools import partial
 from operator import attrgetter
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np, torch, matplotlib.pyplot as plt
 import fastcore.all as fc
@@ -26,9 +27,9 @@ from .datasets import *
 
 # %% auto #0
 __all__ = ['def_device', 'to_device', 'to_cpu', 'set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException',
-           'Callback', 'run_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB',
-           'baseline_conv', 'cnn_layers', 'baseline_cnn', 'SingleBatchCB', 'TrainLearner', 'MomentumLearner',
-           'LRFinderCB', 'lr_find']
+           'Callback', 'run_cbs', 'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB',
+           'ProgressCB', 'baseline_conv', 'cnn_layers', 'baseline_cnn', 'SingleBatchCB', 'TrainLearner',
+           'MomentumLearner', 'LRFinderCB', 'lr_find']
 
 # %% ../nbs/09_learner.ipynb #d9d693a5
 def_device = 'mps' if torch.backends.mps.is_available() else 'cuda' if torch.cuda.is_available() else 'cpu'
@@ -71,19 +72,49 @@ def run_cbs(cbs, method_nm, learn=None):
             if learn is not None: cb.learn = learn
             method()
 
+# %% ../nbs/09_learner.ipynb #c1ea0002
+def _add_note(e, note):
+    if hasattr(e, 'add_note'): e.add_note(note)
+    else: e.__notes__ = [*getattr(e, '__notes__', []), note]   # Python 3.10: kept, not printed
+
+def _where(e):
+    "' (file:line)' of the callback's method that raised `e` (the frame below `run_cleanup_cbs`)."
+    frames = traceback.extract_tb(e.__traceback__)[1:2]
+    return f' ({Path(frames[0].filename).name}:{frames[0].lineno})' if frames else ''
+
+def run_cleanup_cbs(cbs, method_nm, learn=None, error=None):
+    "Like `run_cbs`, but every callback's `method_nm` runs even when some raise; then the first error is raised with the others as notes, or, if `error` (the step's own) is given, they all become notes on it."
+    failed = []
+    for cb in sorted(cbs, key=attrgetter('order')):
+        method = getattr(cb, method_nm, None)
+        if method is None: continue
+        if learn is not None: cb.learn = learn
+        try: method()
+        except BaseException as e: failed.append((cb, e))
+    if not failed: return
+    first = failed[0][1] if error is None else error
+    for cb, e in failed:
+        if e is first: _add_note(e, f'raised in {type(cb).__name__}.{method_nm}; the other callbacks\' {method_nm} ran')
+        else: _add_note(first, f'{type(cb).__name__}.{method_nm} also raised {type(e).__name__}: {e}{_where(e)}')
+    if error is None: raise first
+
 # %% ../nbs/09_learner.ipynb #6c2d470d
 class with_cbs:
-    "Decorator running callbacks `before_{nm}`, `after_{nm}` and, always, `cleanup_{nm}` around a method."
+    "Decorator running callbacks `before_{nm}`, `after_{nm}` and, always, every callback's `cleanup_{nm}` around a method."
     def __init__(self, nm): self.nm = nm
     def __call__(self, f):
         cancel = {'fit': CancelFitException, 'epoch': CancelEpochException, 'batch': CancelBatchException}[self.nm]
+        cleanup = f'cleanup_{self.nm}'
         def _f(o, *args, **kwargs):
             try:
                 o.callback(f'before_{self.nm}')
                 f(o, *args, **kwargs)
                 o.callback(f'after_{self.nm}')
             except cancel: pass
-            finally: o.callback(f'cleanup_{self.nm}')
+            except BaseException as e:
+                o.cleanup(cleanup, error=e)   # never raises: cleanup errors become notes on `e`
+                raise
+            o.cleanup(cleanup)
         return _f
 
 # %% ../nbs/09_learner.ipynb #9cd99bde
@@ -140,6 +171,9 @@ class Learner():
         raise AttributeError(name)
 
     def callback(self, method_nm): run_cbs(self.cbs, method_nm, self)
+    def cleanup(self, method_nm, error=None):
+        "Run every callback's `method_nm` (a cleanup stage), see `run_cleanup_cbs`."
+        run_cleanup_cbs(self.cbs, method_nm, self, error)
 
     @property
     def training(self): return self.model.training

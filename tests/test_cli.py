@@ -1,20 +1,111 @@
-"""miniai-diagnose as a user runs it: a lesson-11 variant end to end, and bad options."""
-import json, subprocess, sys
+"""miniai-diagnose as a user runs it: real subprocesses, real exit codes, real FashionMNIST.
+Usage errors must be one line on stderr, exit code 2, and come before any data is loaded: each run gets an empty
+MINIAI_CACHE, which loading FashionMNIST would fill, and must leave it empty and print nothing on stdout."""
+import json, os, shutil, subprocess, sys, time
 from pathlib import Path
+from types import SimpleNamespace
+import pytest
 
 exe = [sys.executable, '-m', 'miniai']
 
+def no_constants(name): raise ValueError(f'summary.json holds {name}, which is not JSON')
+
+def run(args, tmp_path, timeout=600, prefix=()):
+    env = {**os.environ, 'MINIAI_CACHE': str(tmp_path/'cache')}
+    t0 = time.perf_counter()
+    res = subprocess.run([*prefix, *exe, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+def assert_usage_error(res, tmp_path, *words):
+    assert res.returncode == 2, (res.returncode, res.stderr[-2000:])
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith('miniai-diagnose: error: '), res.stderr   # one line, no traceback
+    for w in words: assert w in lines[0], (w, lines[0])
+    assert res.stdout == ''                                  # no training output
+    assert not (tmp_path/'cache').exists(), 'the data was loaded before the usage error'
+
 def test_diagnose_variant_writes_summary(tmp_path):
-    res = subprocess.run(exe + ['--model', 'batchnorm', '--epochs', '1', '--out', str(tmp_path)], capture_output=True, text=True, timeout=600)
+    res = run(['--model', 'batchnorm', '--epochs', '1', '--out', str(tmp_path/'out')], tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
-    summary = json.loads((tmp_path/'summary.json').read_text())
+    out = tmp_path/'out'
+    summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
     assert summary['model'] == 'batchnorm' and summary['epochs'] == 1
     assert summary['accuracy'] > 0.8, summary['accuracy']          # one epoch of the fixed model already trains
     assert not any({'dead', 'vanishing'} & set(r['flags']) for r in summary['layers'])
-    for name in ('color_dim.png', 'dead_chart.png', 'plot_stats.png'): assert (tmp_path/name).stat().st_size > 10_000
+    for name in ('color_dim.png', 'dead_chart.png', 'plot_stats.png'): assert (out/name).stat().st_size > 10_000
+    assert sorted(p.name for p in out.iterdir()) == ['color_dim.png', 'dead_chart.png', 'plot_stats.png', 'summary.json']  # no temp files left
     assert 'test accuracy' in res.stdout
 
-def test_bad_options_exit_2():
-    for bad in (['--lr', '-1'], ['--model'], ['--bs', '0']):
-        res = subprocess.run(exe + bad, capture_output=True, text=True, timeout=120)
-        assert res.returncode == 2 and 'usage: miniai-diagnose' in res.stderr, (bad, res.stderr)
+def test_diverging_run_writes_strict_json(tmp_path):
+    "A finite but absurd learning rate trains (it is the user's call) and the diverged statistics are null with a reason."
+    res = run(['--lr', '1e30', '--epochs', '1', '--out', str(tmp_path/'out')], tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    text = (tmp_path/'out'/'summary.json').read_text()
+    summary = json.loads(text, parse_constant=no_constants)
+    assert summary['lr'] == 1e30
+    nulls = {(r['layer'], k): why for r in summary['layers'] for k, why in r.get('null_reasons', {}).items()}
+    assert nulls, 'expected some statistics of the diverged run to be null'
+    for (layer, k), why in nulls.items():
+        row = next(r for r in summary['layers'] if r['layer'] == layer)
+        assert row[k] is None and why in ('NaN', 'Infinity', '-Infinity', 'not recorded'), (layer, k, why)
+    assert all('exploding' in r['flags'] for r in summary['layers'])
+
+BAD = [
+    (['--lr', 'inf'], ['--lr', "'inf'"]), (['--lr', 'nan'], ['--lr']), (['--lr', '-inf'], ['--lr']), (['--lr', '0'], ['--lr']),
+    (['--lr', '-1'], ['--lr']), (['--lr', '1e-400'], ['--lr']), (['--lr', 'fast'], ['--lr', 'expected a number']),
+    (['--seed', '-1'], ['--seed', "'-1'"]), (['--seed', str(2**32)], ['--seed', '4294967295']), (['--seed', '1.5'], ['--seed']),
+    (['--epochs', '0'], ['--epochs', 'at least 1']), (['--epochs', 'two'], ['--epochs']),
+    (['--bs', '0'], ['--bs', 'at least 1']), (['--bs', '-5'], ['--bs']),
+    (['--model', 'resnet'], ['--model', 'invalid choice']), (['--model'], ['--model']), (['--bogus'], ['--bogus']),
+    (['--out', '/proc/miniai-test'], ['--out', '/proc/miniai-test']), (['--out', '/sys/fs'], ['--out', 'Permission denied']),
+    (['--out', ''], ['--out', 'must name a folder']),
+]
+
+# each subprocess spends its few seconds importing torch, so the real command runs one case of each kind...
+AS_USER = ['--lr inf', '--seed -1', '--epochs 0', '--bs 0', '--model resnet', '--out /proc/miniai-test', '--out /sys/fs']
+
+@pytest.mark.parametrize('bad,words', [b for b in BAD if ' '.join(b[0]) in AS_USER], ids=AS_USER)
+def test_usage_errors(bad, words, tmp_path):
+    res = run(bad, tmp_path, timeout=120)
+    assert_usage_error(res, tmp_path, *words)
+    assert not Path('/proc/miniai-test').exists()
+
+# ... and `main` in this process runs them all: the same code, up to the exit
+@pytest.mark.parametrize('bad,words', BAD, ids=[' '.join(b) or 'empty' for b, _ in BAD])
+def test_usage_errors_in_process(bad, words, capsys, monkeypatch, tmp_path):
+    from miniai.cli import main
+    monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
+    with pytest.raises(SystemExit) as info: main(bad)
+    out, err = capsys.readouterr()
+    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, *words)
+
+def test_out_is_a_file(tmp_path):
+    f = tmp_path/'summary.txt'; f.write_text('mine')
+    assert_usage_error(run(['--out', str(f)], tmp_path, timeout=120), tmp_path, '--out', 'is a file, not a folder')
+    assert_usage_error(run(['--out', str(f/'sub')], tmp_path, timeout=120), tmp_path, '--out', 'Not a directory')
+    assert f.read_text() == 'mine'
+
+def test_out_read_only_folder(tmp_path):
+    """A real read-only folder. As root, permission bits are ignored, so the folder is bind-mounted read-only in a
+    private mount namespace (`unshare -m`) around the CLI; otherwise `chmod 555` is enough."""
+    ro = tmp_path/'ro'; ro.mkdir()
+    if os.geteuid() != 0:
+        ro.chmod(0o555)
+        try: res = run(['--out', str(ro)], tmp_path, timeout=120)
+        finally: ro.chmod(0o755)
+        assert_usage_error(res, tmp_path, '--out', 'Permission denied')
+    else:
+        if not shutil.which('unshare'): pytest.skip('needs unshare to make a read-only folder as root')
+        probe = subprocess.run(['unshare', '-m', 'true'], capture_output=True)
+        if probe.returncode: pytest.skip(f'unshare -m not permitted here: {probe.stderr.decode().strip()}')
+        mount = f'mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && exec "$@"'
+        res = run(['--out', str(ro)], tmp_path, timeout=120, prefix=['unshare', '-m', 'sh', '-c', mount, 'sh'])
+        assert_usage_error(res, tmp_path, '--out', 'Read-only file system')
+        res = run(['--out', str(ro/'a'/'b')], tmp_path, timeout=120, prefix=['unshare', '-m', 'sh', '-c', mount, 'sh'])
+        assert_usage_error(res, tmp_path, '--out', 'Read-only file system')
+    assert list(ro.iterdir()) == []
+
+def test_help_still_works(tmp_path):
+    res = run(['--help'], tmp_path, timeout=120)
+    assert res.returncode == 0 and 'usage: miniai-diagnose' in res.stdout and '--lr' in res.stdout
