@@ -20,9 +20,9 @@ from .datasets import *
 from .learner import *
 
 # %% auto #0
-__all__ = ['Hook', 'Hooks', 'raw_sums', 'finish_sums', 'moments', 'merge_moments', 'moments_dict', 'count_syncs', 'abs_hist',
+__all__ = ['Hook', 'Hooks', 'count_finite', 'pow2_scale', 'moments', 'merge_moments', 'moments_dict', 'count_syncs', 'abs_hist',
            'StatsRecorder', 'tensor_items', 'skip_reason', 'default_mod_filter', 'HooksCallback', 'append_stats',
-           'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis']
+           'main_recorder', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis']
 
 # %% ../nbs/10_activations.ipynb #b217c4f8
 class Hook():
@@ -65,7 +65,6 @@ class Hooks(list):
         for h in self: h.remove()
 
 # %% ../nbs/10_activations.ipynb #3d0bcc1a
-_BIG = 2.0**64  # non-finite values are counted as multiples of this in a float32 sum
 _scratch_bufs = {}
 
 def _scratch(n, dtype, device, slot=0):
@@ -74,6 +73,13 @@ def _scratch(n, dtype, device, slot=0):
     buf = _scratch_bufs.get(key)
     if buf is None or buf.numel() < n: buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
     return buf[:n]
+
+def _const(v, dtype, device):
+    "A cached 0-dim tensor holding `v` (a new one per call would cost an allocation)."
+    key = ('const', v, dtype, device)
+    t = _scratch_bufs.get(key)
+    if t is None: t = _scratch_bufs[key] = torch.tensor(v, dtype=dtype, device=device)
+    return t
 
 def _as_float(x):
     "`x` detached and flat, half types upcast (into a scratch buffer when a copy is needed); None for non-float or empty tensors."
@@ -85,60 +91,79 @@ def _as_float(x):
     buf = _scratch(x.numel(), torch.float32 if half else x.dtype, x.device, 3)
     return buf.view(x.shape).copy_(x).view(-1)
 
-def raw_sums(x):
-    "`[sum, sum of squares, flagged sum]` (in `x`'s dtype) of flat float `x`: NaN/Inf count 0 in the first two and 2^64 each in the third."
-    buf = _scratch(x.numel(), x.dtype, x.device, 1)
-    torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf)
-    total, sq = buf.sum(), torch.dot(buf, buf)
-    torch.nan_to_num(x, nan=_BIG, posinf=_BIG, neginf=_BIG, out=buf)
-    return torch.stack([total, sq, buf.sum()])
+# %% ../nbs/10_activations.ipynb #48eb987b
+_COUNT_CHUNK = 2**23   # a float32 sum of ones is exact up to 2^24
 
-def _moments_from(n, n_bad, total, sq):
-    "`[n, n_nonfinite, mean, m2]` from the count, NaN/Inf count, sum and sum of squares of the finite values."
-    mean = total / n.clamp(min=1)
-    return torch.stack([n, n_bad, mean, (sq - n*mean*mean).clamp(min=0)], dim=-1)
+def _finite_ones(x):
+    "1 where flat float `x` is finite, NaN where it is NaN or ±Inf (`1 + 0*x`: 0*Inf is NaN), in a scratch buffer."
+    return torch.add(_const(1., x.dtype, x.device), x, alpha=0., out=_scratch(x.numel(), x.dtype, x.device, 4))
 
-def finish_sums(raw, numel):
-    "`[n, n_nonfinite, mean, m2]` (float64) from `raw_sums` results `raw` (..., 3) of tensors with `numel` values."
-    raw = raw.double()
-    total, sq, flagged = raw.unbind(-1)
-    n_bad = ((flagged - total) / _BIG).round()
-    n = torch.as_tensor(numel, dtype=torch.float64, device=raw.device) - n_bad
-    return _moments_from(n, n_bad, total, sq)
+def count_finite(x):
+    "The number of finite values of flat float `x`, exact, as a 0-dim tensor on its device (no host sync)."
+    buf = _finite_ones(x)   # nansum adds the ones
+    if x.numel() <= _COUNT_CHUNK: return buf.nansum()
+    return torch.stack([c.nansum() for c in buf.split(_COUNT_CHUNK)]).double().sum()
+
+_MAX_SHIFT = {torch.float32: 100, torch.float64: 1000}
+
+def pow2_scale(amax):
+    "Powers of two `s` (shaped like `amax`) that bring the magnitudes `amax` into [0.5, 1); 1 where `amax` is 0 or not finite."
+    ok = torch.isfinite(amax) & (amax > 0)
+    e = torch.frexp(torch.where(ok, amax, torch.ones_like(amax)))[1]    # amax = m * 2^e with m in [0.5, 1)
+    e = torch.where(ok, e, 0)
+    return torch.ldexp(torch.ones_like(amax), (-e).clamp(max=_MAX_SHIFT[amax.dtype]))
+
+# %% ../nbs/10_activations.ipynb #d9e46d95
+def _moments_vec(n, n_bad, mean_s, m2_s, s, mn, mx):
+    "The `moments` vector from scaled mean and m2 (of values multiplied by `s`), unscaled in float64."
+    s = s.double()
+    return torch.stack([n, n_bad, mean_s / s, (m2_s.clamp(min=0) / s) / s, mn, mx])
 
 def moments(x, precise=False, minmax=True):
     "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
     x = _as_float(x)
     if x is None: raise TypeError("moments needs a non-empty floating point tensor")
-    if not precise: res = finish_sums(raw_sums(x), x.numel())
-    else:   # the same sums in float64, then a second pass for the squared deviations from the mean, non-finite ones zeroed
-        if x.dtype != torch.float64: x = _scratch(x.numel(), torch.float64, x.device, 0).copy_(x)
-        n, n_bad, mean, _ = finish_sums(raw_sums(x), x.numel()).unbind()
-        buf = _scratch(x.numel(), x.dtype, x.device, 1)
-        torch.sub(x, mean, out=buf).nan_to_num_(nan=0., posinf=0., neginf=0.)
-        res = torch.stack([n, n_bad, mean, torch.dot(buf, buf)])
-    if minmax:
-        buf = _scratch(x.numel(), x.dtype, x.device, 1)
-        mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf, out=buf).min().double()
-        mx = torch.nan_to_num(x, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=buf).max().double()
-        extra = torch.stack([mn, mx])
-    else: extra = torch.full((2,), math.nan, dtype=torch.float64, device=x.device)
-    return torch.cat([res, extra])
+    numel = x.numel()
+    ones = _finite_ones(x)
+    n = (ones.nansum() if numel <= _COUNT_CHUNK else torch.stack([c.nansum() for c in ones.split(_COUNT_CHUNK)]).double().sum()).double()
+    buf = _scratch(numel, x.dtype, x.device, 1)
+    if minmax:   # of the finite values: NaN/Inf pushed to the far end first
+        mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf, out=buf).min()
+        mx = torch.nan_to_num(x, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=buf).max()
+        big = torch.maximum(mn.abs(), mx.abs())
+        mn, mx = mn.double(), mx.double()
+    c = torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf)   # NaN/Inf out of the sums
+    if not minmax:
+        lo, hi = torch.aminmax(c)
+        big = torch.maximum(lo.abs(), hi.abs())
+        mn = mx = torch.tensor(math.nan, dtype=torch.float64, device=x.device)
+    s = pow2_scale(big)
+    c.mul_(s)   # exact: the largest finite value is now in [0.5, 1), so no square overflows and none that matters underflows
+    if precise:  # float64, two passes: m2 from the deviations of the finite values (the others zeroed by the mask)
+        if c.dtype != torch.float64: c = _scratch(numel, torch.float64, x.device, 0).copy_(c)
+        mean_s = c.sum() / n.clamp(min=1)
+        c.sub_(mean_s).mul_(ones.nan_to_num_(nan=0.))
+        m2_s = torch.dot(c, c)
+    else:
+        mean_s = c.sum().double() / n.clamp(min=1)
+        m2_s = torch.dot(c, c).double() - n * mean_s * mean_s
+    return _moments_vec(n, numel - n, mean_s, m2_s, s, mn, mx)
 
 # %% ../nbs/10_activations.ipynb #8294dfd1
 def merge_moments(a, b):
     "Merge two `moments` vectors (or stacks of them along the last dim) with Chan's parallel formula."
     na, nb = a[..., 0], b[..., 0]
     n = na + nb
-    delta = b[..., 2] - a[..., 2]
     safe_n = n.clamp(min=1)
-    mean = a[..., 2] + delta * nb / safe_n
-    m2 = a[..., 3] + b[..., 3] + delta*delta * na * nb / safe_n
+    # a weighted average cannot overflow, and the deviation term is squared last, so neither overflows unless the result does
+    mean = a[..., 2] * (na / safe_n) + b[..., 2] * (nb / safe_n)
+    delta = b[..., 2] - a[..., 2]
+    m2 = a[..., 3] + b[..., 3] + (delta * (na * nb / safe_n).sqrt())**2
     mn = torch.minimum(a[..., 4], b[..., 4]); mx = torch.maximum(a[..., 5], b[..., 5])
     return torch.stack([n, a[..., 1] + b[..., 1], mean, m2, mn, mx], dim=-1)
 
 def moments_dict(m):
-    "A host dict (count, nonfinite, mean, std, var, min, max) from a `moments` vector: one device read."
+    "A host dict (count, nonfinite, mean, std, var, min, max) from a `moments` vector: one device read. NaN where undefined."
     n, bad, mean, m2, mn, mx = m.detach().cpu().tolist()
     var = m2/(n-1) if n > 1 else math.nan
     return dict(count=int(n), nonfinite=int(bad), mean=mean if n else math.nan, std=math.sqrt(var) if var == var else math.nan,
@@ -193,8 +218,9 @@ def _sample(x, sample, rng):
 
 def _bin_index(a, bins, hi):
     "Bin numbers of `|a|` (0: NaN/Inf, 1..`bins`: the bins over [0,`hi`), `bins`+1: overflow), computed in place in `a`."
-    # |a|*bins/hi + 1 truncated to an integer is the bin; clamped for the overflow; NaN and Inf to 0
-    return a.abs_().mul_(bins/hi).add_(1.).nan_to_num_(nan=0., posinf=0.).clamp_(max=bins+1)
+    # NaN/Inf to -hi (bin 0 below); huge finite values clamped first so that |a|*bins/hi cannot overflow to Inf
+    a.abs_().nan_to_num_(nan=-hi, posinf=-hi).clamp_(max=2*hi)
+    return a.mul_(bins/hi).add_(1.).clamp_(0., bins+1)
 
 def _count(idx, n):
     "Counts of the values 0..`n`-1 in int tensor `idx`. On a GPU `bincount` reads the maximum back to the host, so there we add ones."
@@ -215,6 +241,9 @@ def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
     return _bin_counts(a, bins, hi, _scratch(n, torch.int32, x.device, 2))[1:].float()
 
 # %% ../nbs/10_activations.ipynb #a57ab560
+_EPS = {torch.float32: 2.**-20, torch.float64: 2.**-49}       # a generous bound on the relative rounding error of a sum
+_TINY = {torch.float32: 2.**-149, torch.float64: 2.**-1074}   # the smallest subnormal: the most a square can lose to underflow
+
 class StatsRecorder:
     "Per-batch moments and |x| histograms of one tensor stream, kept on its device until read."
     flush_every = 16   # pending samples (64 KB each) processed together
@@ -222,65 +251,101 @@ class StatsRecorder:
         fc.store_attr('bins,hi,sample,exact,seed')
         self.reset()
     def reset(self):
-        self._numels, self._raw, self._has_raw, self._pending, self._clean, self._counts = [], [], [], [], [], []
+        self._numels, self._raw, self._fin, self._dtypes, self._has_raw = [], [], [], [], []
+        self._pending, self._clean, self._counts = [], [], []
         self._rng, self._cache = random.Random(self.seed), None
     def record(self, x):
         "Append the statistics of `x` (flattened) to the device buffers: no host sync."
         x = _as_float(x)
         n = x.numel()
         self._numels.append(n); self._cache = None
-        if self.exact or not self.sample:   # every value, now: clean sums, and bin 0 counts the NaN/Inf
+        if self.exact or not self.sample:   # every value, now: exact moments, and bin 0 counts the NaN/Inf
             self._flush()
-            buf = torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=_scratch(n, x.dtype, x.device, 1))
-            self._clean.append(torch.stack([buf.sum(), torch.dot(buf, buf)]).view(1, 2))
-            self._counts.append(_bin_counts(torch.abs(x, out=buf), self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
+            m = moments(x, minmax=False)
+            self._clean.append(torch.stack([m[2], m[3], torch.ones_like(m[2])]).view(1, 3))
+            buf = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
+            self._counts.append(_bin_counts(buf, self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
             self._has_raw.append(False)
-        elif n > self.sample:   # raw sums (exact when every value is finite) and a sample for the rest
+        elif n > self.sample:   # raw sums (exact when every value is finite), the exact finite count, and a sample
             self._raw += (x.sum(), torch.dot(x, x))
+            self._fin.append(count_finite(x)); self._dtypes.append(x.dtype)
             self._pending.append(_sample(x, self.sample, self._rng))
             self._has_raw.append(True)
         else:                   # small enough to keep whole until the next flush
             self._pending.append(x.clone())
             self._has_raw.append(False)
         if len(self._pending) >= self.flush_every: self._flush()
+
     def _flush(self):
-        "Clean sums and bin counts of the pending samples, batched: a dozen device ops per `flush_every` batches."
+        "Scaled mean, m2 and bin counts of the pending samples, batched: about twenty device ops per `flush_every` batches."
         p, k, i = self._pending, self.bins + 2, 0
         while i < len(p):
             j = i + 1
             while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
             a = torch.stack(p[i:j])
             c = torch.nan_to_num(a, nan=0., posinf=0., neginf=0.)
-            self._clean.append(torch.stack([c.sum(1), torch.linalg.vecdot(c, c)], 1))
+            lo, hi = torch.aminmax(c, dim=1)
+            s = pow2_scale(torch.maximum(lo.abs(), hi.abs()))[:, None]
+            c.mul_(s)
+            ones = torch.add(_const(1., a.dtype, a.device), a, alpha=0.)   # 1 where finite, NaN elsewhere
+            n_fin = ones.nansum(1, keepdim=True)
+            mean_s = c.sum(1, keepdim=True) / n_fin.clamp(min=1)
+            dev = c.sub_(mean_s).mul_(ones.nan_to_num_(nan=0.))   # deviations of the finite values only: two passes, no cancellation
+            self._clean.append(torch.cat([mean_s, torch.linalg.vecdot(dev, dev)[:, None], s], 1).double())
             idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
             self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
             i = j
         self._pending = []
     def __len__(self): return len(self._numels)
+
     def _finish(self):
-        "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms and the mask of batches whose moments are estimates."
+        "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms, the mask of estimated batches, and the error bounds of mean and variance."
         self._flush()
-        clean = torch.cat(self._clean).cpu().double()     # the clean sums of what was binned
+        clean = torch.cat(self._clean).cpu().double()     # per batch: mean and m2 of the binned values times s, and s
         counts = torch.cat(self._counts).cpu().double()
         numel = torch.tensor(self._numels, dtype=torch.float64)
         has_raw = torch.tensor(self._has_raw)
-        raw = clean.clone()
-        if self._raw: raw[has_raw] = torch.stack(self._raw).view(-1, 2).cpu().double()
         drawn = torch.where(has_raw, numel.clamp(max=self.sample or 1), numel)   # values binned per batch
-        scale, bad_drawn = numel / drawn, counts[:, 0]
-        raw_ok = ~has_raw | raw.isfinite().all(1)
-        estimated = ~raw_ok
-        # rows binned whole count NaN/Inf in bin 0; sampled rows with finite raw sums have none; the others scale the sample's
-        n_bad = torch.where(~has_raw, bad_drawn, torch.where(raw_ok, 0., (bad_drawn*scale).round().clamp(min=1)))
-        n = numel - n_bad
-        share = n / (drawn - bad_drawn).clamp(min=1)   # the finite values each clean sample value stands for
-        total = torch.where(estimated, clean[:, 0]*share, raw[:, 0])
-        sq = torch.where(estimated, clean[:, 1]*share, raw[:, 1])
-        return _moments_from(n, n_bad, total, sq), counts[:, 1:].mul_(scale[:, None]).float(), estimated
+        k_fin = drawn - counts[:, 0]                                               # finite values binned (bin 0: NaN/Inf)
+        s = clean[:, 2]
+        mean_b, m2_b = clean[:, 0] / s, clean[:, 1] / s / s
+        var_b = m2_b / (k_fin - 1).clamp(min=1)
+        n, mean, m2 = k_fin.clone(), mean_b.clone(), m2_b.clone()      # batches binned whole: exact
+        estimated = torch.zeros(len(numel), dtype=torch.bool)
+        mean_err, var_err = torch.zeros(len(numel), dtype=torch.float64), torch.zeros(len(numel), dtype=torch.float64)
+        if self._raw:
+            r = has_raw
+            total, sq = torch.stack(self._raw).view(-1, 2).cpu().double().unbind(1)
+            nr = torch.stack([f.double() for f in self._fin]).cpu()      # exact finite counts
+            eps = torch.tensor([_EPS[d] for d in self._dtypes], dtype=torch.float64)
+            tiny = torch.tensor([_TINY[d] for d in self._dtypes], dtype=torch.float64)
+            dof = (nr - 1).clamp(min=1)
+            # raw sums are the clean ones when every value was finite; their variance is trusted when its rounding bound
+            # (relative error of the sums, plus what underflowing squares can lose) is within 0.1% of it, or all values are 0
+            clean_raw = (nr == numel[r]) & total.isfinite()
+            mean_raw = total / nr.clamp(min=1)
+            var_raw = ((sq - nr*mean_raw*mean_raw) / dof).clamp(min=0)
+            kf, vb = k_fin[r], var_b[r]
+            var_ok = clean_raw & sq.isfinite() & (((eps*sq + nr*tiny)/dof <= 1e-3*var_raw) | ((sq == 0) & (vb == 0)))
+            # otherwise: the sample's finite values, with 3 standard errors (normal approximation) as the bound
+            nan = torch.full_like(vb, math.nan)
+            mean_s = torch.where(kf > 0, mean_b[r], nan)
+            var_s = torch.where(kf > 1, vb, nan)
+            fpc = (1 - kf / nr.clamp(min=1)).clamp(min=0).sqrt()    # finite population: no error when the sample is everything
+            mean[r] = torch.where(clean_raw, mean_raw, mean_s)
+            var_r = torch.where(var_ok, var_raw, var_s)
+            m2[r] = var_r * (nr - 1).clamp(min=0)
+            n[r] = nr
+            estimated[r] = ~var_ok
+            mean_err[r] = torch.where(clean_raw, 0., 3*(var_s/kf.clamp(min=1)).sqrt()*fpc)
+            var_err[r] = torch.where(var_ok, 0., 3*var_s*(2/(kf-1).clamp(min=1)).sqrt()*fpc)
+        hists = counts[:, 1:] * (n / k_fin.clamp(min=1))[:, None]   # the finite bins, scaled to the batch's finite count
+        return torch.stack([n, numel - n, mean, m2], 1), hists.float(), estimated, mean_err, var_err
     def _read(self):
         if self._cache is None:
             if not self._numels:
-                self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1), torch.zeros(0, dtype=torch.bool))
+                z = torch.zeros(0, dtype=torch.float64)
+                self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1), torch.zeros(0, dtype=torch.bool), z, z)
             else: self._cache = self._finish()
         return self._cache
     @property
@@ -288,17 +353,30 @@ class StatsRecorder:
     @property
     def hists(self): return self._read()[1]
     @property
-    def means(self): return self.moms[:, 2].float()
+    def means(self):
+        "Mean of the finite values per batch (NaN for a batch without any)."
+        m = self.moms
+        return torch.where(m[:, 0] > 0, m[:, 2], math.nan).float()
     @property
     def stds(self):
+        "Standard deviation (unbiased) of the finite values per batch (NaN for a batch with fewer than two)."
         m = self.moms
-        return (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt().float()
+        return torch.where(m[:, 0] > 1, (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt(), math.nan).float()
     @property
-    def nonfinite(self): return self.moms[:, 1].long()
+    def nonfinite(self):
+        "Exact number of NaN and ±Inf values per batch."
+        return self.moms[:, 1].long()
     @property
     def estimated(self):
-        "True for the batches whose NaN/Inf count, mean and std were estimated from the sample (they had NaN or Inf)."
+        "True for the batches whose mean or std were estimated from the sample (NaN/Inf, or sums beyond the dtype's range)."
         return self._read()[2]
+    @property
+    def errors(self):
+        "Bounds on the error of `means` and `stds` per batch: 0 where exact, 3 standard errors of the sample where estimated."
+        _, _, _, mean_err, var_err = self._read()
+        std = self.stds.double()
+        std_err = torch.where(std > 0, var_err / (2*std), var_err.sqrt())
+        return dict(mean=mean_err.float(), std=std_err.float())
     @property
     def stats(self): return (self.means, self.stds, list(self.hists))
 
@@ -367,12 +445,19 @@ def append_stats(hook, mod, inp, outp):
     every = getattr(hook, 'every', 1)
     hook.counter += 1
     if every > 1 and (hook.counter - 1) % every: return
-    for key, t in tensor_items(outp):
+    items = tensor_items(outp)
+    if not items: hook.skipped['0'] = f'output is {type(outp).__name__}, not a tensor'
+    for key, t in items:
         reason = skip_reason(t)
         if reason: hook.skipped[key] = reason; continue
         _recorder(hook, key).record(t)
         if getattr(hook, 'grads', False) and t.requires_grad and torch.is_grad_enabled():
             t.register_hook(_recorder(hook, 'grad.' + key).record)
+
+def main_recorder(h):
+    "The `StatsRecorder` of hook `h`'s first output, or None when it recorded nothing."
+    rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
+    return rec if rec is not None and len(rec) else None
 
 def get_hist(h):
     "The histograms of hook `h` as an image: bins (rows, overflow last) by batches, log1p of the counts."
@@ -399,34 +484,48 @@ class ActivationStats(HooksCallback):
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
         self.names = [h.name for h in self.hooks]
 
-    def _titled(self, axes):
-        for ax, h in zip(axes.flat, self): ax.set_title(h.name, fontsize=10)
+    def _plotted(self):
+        "The hooks that recorded something; the others are named (with why) in the figure's title, or in an error if none did."
+        have = [h for h in self if main_recorder(h) is not None]
+        none = [f"{h.name} ({'; '.join(f'{k}: {r}' for k, r in getattr(h, 'skipped', {}).items()) or 'nothing recorded'})"
+                for h in self if main_recorder(h) is None]
+        if not have: raise ValueError(f"no hooked layer recorded statistics to plot: {', '.join(none) or 'no layers hooked'}")
+        return have, ('no data: ' + ', '.join(none)) if none else None
+
+    def _finish_fig(self, fig, axes, hooks, note):
+        for ax, h in zip(axes.flat, hooks): ax.set_title(h.name, fontsize=10)
+        for ax in list(axes.flat)[len(hooks):]: ax.set_axis_off()
+        if note: fig.suptitle(note, fontsize=9)
 
     def color_dim(self, figsize=(11, 5)):
         "One image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
-        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False, layout='constrained')
-        for ax, h in zip(axes.flat, self):
+        hooks, note = self._plotted()
+        fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
+        for ax, h in zip(axes.flat, hooks):
             show_image(get_hist(h), ax, origin='lower', noframe=False, aspect='auto')
             ax.set_xlabel('batch'); ax.set_ylabel('|activation| bin')
-        self._titled(axes)
+        self._finish_fig(fig, axes, hooks, note)
         return fig
 
     def dead_chart(self, figsize=(11, 5)):
         "One plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
-        fig, axes = get_grid(len(self), figsize=figsize, squeeze=False, layout='constrained')
+        hooks, note = self._plotted()
+        fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
         edge = self.rec_kwargs['hi'] / self.rec_kwargs['bins']
-        for ax, h in zip(axes.flat, self):
+        for ax, h in zip(axes.flat, hooks):
             ax.plot(get_min(h)); ax.set_ylim(0, 1)
             ax.set_xlabel('batch'); ax.set_ylabel(f'fraction |x| < {edge:g}')
-        self._titled(axes)
+        self._finish_fig(fig, axes, hooks, note)
         return fig
 
     def plot_stats(self, figsize=(10, 4), grads=None):
         "Means and standard deviations per batch for every layer (and of their gradients when recorded)."
         grads = self.grads if grads is None else grads
         rows = 2 if grads else 1
+        hooks, note = self._plotted()
         fig, axs = plt.subplots(rows, 2, figsize=(figsize[0], figsize[1]*rows), squeeze=False, layout='constrained')
-        for h in self:
+        if note: fig.suptitle(note, fontsize=9)
+        for h in hooks:
             axs[0, 0].plot(h.stats[0], label=h.name); axs[0, 1].plot(h.stats[1], label=h.name)
             if grads and 'grad.0' in h.recorders:
                 g = h.recorders['grad.0']
@@ -443,19 +542,25 @@ def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., de
     "Per-layer rows (name, mean, std, dead, saturated, nonfinite, flags) over the last `tail` of the recorded batches."
     rows = []
     for h in self:
-        rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
-        if rec is None or not len(rec):
+        rec = main_recorder(h)
+        if rec is None:
             rows.append(dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0,
-                             nonfinite_estimated=False, flags=['not recorded'] + [f'skipped {k}: {r}' for k, r in getattr(h, 'skipped', {}).items()]))
+                             estimated=False, mean_err=0., std_err=0.,
+                             flags=['not recorded'] + [f'skipped {k}: {r}' for k, r in getattr(h, 'skipped', {}).items()]))
             continue
         k = max(1, int(round(len(rec) * tail)))
-        hists = rec.hists[-k:]
-        total = hists.sum(1).clamp(min=1e-12)
-        row = dict(layer=h.name, mean=rec.means[-k:].mean().item(), std=rec.stds[-k:].mean().item(),
-                   dead=(hists[:, 0] / total).mean().item(), saturated=(hists[:, -1] / total).mean().item(),
-                   nonfinite=int(rec.nonfinite.sum()), nonfinite_estimated=bool(rec.estimated.any()))
+        hists, n = rec.hists[-k:], rec.moms[-k:, 0]
+        total = hists.sum(1)
+        has = total > 0                       # batches with finite values
+        err = rec.errors
+        def avg(v): return v[-k:][has].double().mean().item() if has.any() else math.nan
+        row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds),
+                   dead=avg(hists[:, 0] / total.clamp(min=1e-12)), saturated=avg(hists[:, -1] / total.clamp(min=1e-12)),
+                   nonfinite=int(rec.nonfinite.sum()), estimated=bool(rec.estimated[-k:].any()),
+                   mean_err=avg(err['mean']), std_err=avg(err['std']))
         flags = []
-        if row['std'] < vanish_std: flags.append('vanishing')
+        if not has.any(): flags.append('no finite values')
+        elif row['std'] < vanish_std: flags.append('vanishing')
         if row['std'] > explode_std or row['nonfinite'] > 0: flags.append('exploding')
         if row['dead'] > dead_frac: flags.append('dead')
         if row['saturated'] > sat_frac: flags.append('saturated')
@@ -465,9 +570,13 @@ def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., de
 
 def format_diagnosis(rows):
     "The rows of `diagnose` as a fixed-width text table."
-    lines = [f"{'layer':<14}{'mean':>9}{'std':>9}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
+    "Estimated means and stds (batches with NaN/Inf or out-of-range sums) are shown as `~value` with their bound below the table."
+    lines = [f"{'layer':<14}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
+    notes = []
+    def num(v, est): return ('~' if est else '') + (f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}')
     for r in rows:
-        bad = ('~' if r.get('nonfinite_estimated') else '') + str(r['nonfinite'])   # ~: estimated from the samples
-        lines.append(f"{r['layer']:<14}{r['mean']:>9.3f}{r['std']:>9.3f}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
-                     f"{bad:>9}  {', '.join(r['flags']) or 'ok'}")
-    return '\n'.join(lines)
+        est = r.get('estimated', False)
+        lines.append(f"{r['layer']:<14}{num(r['mean'], est):>10}{num(r['std'], est):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
+                     f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
+        if est: notes.append(f"~ {r['layer']}: estimated from a 16K sample, mean ±{r['mean_err']:.3g}, std ±{r['std_err']:.3g} (3 standard errors)")
+    return '\n'.join(lines + notes)
