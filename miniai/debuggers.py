@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
 # %% ../nbs/10c_debuggers.ipynb #5878dc26
 from __future__ import annotations
-import os, json, math, difflib, tempfile, importlib
+import os, json, math, difflib, tempfile, importlib, itertools
 from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,11 +20,11 @@ from .learner import Callback
 from .activations import Hook, moments
 
 # %% auto #0
-__all__ = ['INDEX', 'LayerNotFoundError', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'BaseDebugger',
-           'ForwardDebugger', 'output_error', 'as_float', 'moment_stats', 'FeatureMapDebugger', 'AttentionDebugger',
-           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'to_host', 'nbytes', 'encode_records',
-           'decode_records', 'write_page', 'read_index', 'iter_records', 'load_pages', 'build_debugger',
-           'SequentialDebugger', 'DebugCB']
+__all__ = ['INDEX', 'LayerNotFoundError', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger',
+           'ForwardDebugger', 'output_error', 'as_float', 'moment_stats', 'explain_nonfinite', 'FeatureMapDebugger',
+           'AttentionDebugger', 'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger', 'LayerOutputDebugger',
+           'GradCAMDebugger', 'nbytes', 'encode_records', 'decode_records', 'strict_json', 'write_page', 'read_index',
+           'iter_records', 'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 class LayerNotFoundError(KeyError):
@@ -63,9 +63,50 @@ def forward_pass(model, inputs, eval=True):
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
 
 # %% ../nbs/10c_debuggers.ipynb #7326c6b6
+def _scalars(o, found):
+    "Append the real 0-d tensors in `o` (nested dicts, lists and tuples) to `found`."
+    if isinstance(o, torch.Tensor):
+        if o.ndim == 0 and not o.is_complex(): found.append(o)
+    elif isinstance(o, Mapping):
+        for v in o.values(): _scalars(v, found)
+    elif isinstance(o, (list, tuple)):
+        for v in o: _scalars(v, found)
+
+def _read_scalars(scalars):
+    "The Python numbers of 0-d tensors `scalars`: one device read per device (as float64, exact for float32 and ints below 2^53)."
+    values = {}
+    for dev in {t.device for t in scalars}:
+        group = [t for t in scalars if t.device == dev]
+        for t, v in zip(group, torch.stack([t.detach().double() for t in group]).cpu().tolist()): values[id(t)] = v
+    def number(t):
+        v = values[id(t)]
+        return v if t.is_floating_point() else bool(v) if t.dtype == torch.bool else int(v)
+    return number
+
+def _replace(o, number):
+    if isinstance(o, torch.Tensor):
+        if o.ndim == 0: return number(o) if not o.is_complex() else o.item()
+        o = o.detach().cpu()
+        return o.float() if o.dtype in (torch.float16, torch.bfloat16) else o
+    if isinstance(o, Mapping): return {k: _replace(v, number) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return type(o)(_replace(v, number) for v in o)
+    return o
+
+def to_host(o):
+    "`o` (nested dicts, lists and tuples) with 0-d tensors as Python numbers (read together) and other tensors detached on the CPU (half precision as float32)."
+    scalars = []
+    _scalars(o, scalars)
+    return _replace(o, _read_scalars(scalars))
+
 class BaseDebugger:
     "Interface of a debugger: `debugger(datapoint, model)` returns a dict of results for `datapoint` (a dict with `inputs` and `outputs`)."
     def __call__(self, datapoint, model): raise NotImplementedError
+    def collect(self, datapoint, model):
+        "The results for `datapoint` as computed, device tensors allowed (what `SequentialDebugger` buffers); by default `self(datapoint, model)`."
+        return self(datapoint, model)
+    def to_host(self, results):
+        "`results` of `collect` as the user reads them: Python numbers, lists, strings and CPU tensors."
+        return to_host(results)
     def check(self, model):
         "Raise now if this debugger cannot work on `model` (e.g. a wrong layer name)."
     def __repr__(self): return f'{type(self).__name__}()'
@@ -80,7 +121,10 @@ class ForwardDebugger(BaseDebugger):
         raise NotImplementedError
 
     def _hookfunc(self, hook, module, input, output):
-        if self.active: self._captured = self.process_forward(module, input, output)
+        if not self.active: return
+        try: self._captured = self.process_forward(module, input, output)
+        except Exception as e:
+            self._captured = {'error': f'{type(self).__name__}.process_forward failed on the output of {self.layer_name!r}: {type(e).__name__}: {e}'}
 
     def check(self, model): find_module(model, self.layer_name)
     def attach(self, model):
@@ -102,18 +146,23 @@ class ForwardDebugger(BaseDebugger):
         res, self._captured = self._captured, None
         return res if res is not None else {'error': f'layer {self.layer_name!r} did not run in the forward pass'}
 
-    def __call__(self, datapoint, model):
-        "Results of the forward pass that just ran with the hook attached; if not attached, of a forward pass run now."
+    def collect(self, datapoint, model):
+        "Device results of the forward pass that just ran with the hook attached; if not attached, of a forward pass run now."
         if not self.attached:
             with self.attach(model): forward_pass(model, datapoint['inputs'])
         return self.pop()
+    def __call__(self, datapoint, model):
+        "The results of `collect`, on the host."
+        return self.to_host(self.collect(datapoint, model))
     def __repr__(self): return f'{type(self).__name__}({self.layer_name!r})'
 
 # %% ../nbs/10c_debuggers.ipynb #aa2a077b
 def output_error(output, what='Output'):
-    "The result of a debugger that cannot use `output`: `{'error': ...}` saying what it got."
-    if isinstance(output, torch.Tensor): return {'error': f'{what} is an empty tensor of shape {list(output.shape)}'}
-    return {'error': f'{what} is not a tensor (got {type(output).__name__})'}
+    "`{'error': ...}` saying why a debugger cannot use `output` (not a tensor, empty, complex), or None when it can."
+    if not isinstance(output, torch.Tensor): return {'error': f'{what} is not a tensor (got {type(output).__name__})'}
+    if output.numel() == 0: return {'error': f'{what} is an empty tensor of shape {list(output.shape)}'}
+    if output.is_complex(): return {'error': f'{what} has complex dtype {output.dtype}: take its .abs() or .real in a module of your own to debug it'}
+    return None
 
 def as_float(x):
     "`x` detached, as float32 when it is an integer, bool or half-precision tensor."
@@ -121,11 +170,18 @@ def as_float(x):
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 def moment_stats(x):
-    "Mean, std (unbiased), min, max and the number of non-finite values of `x`, as device tensors from `moments` (NaN when undefined)."
+    "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from `moments` (NaN when undefined)."
     m = moments(as_float(x))
     n, nan = m[0], torch.full((), math.nan, dtype=m.dtype, device=m.device)
     return {'mean': torch.where(n > 0, m[2], nan), 'std': torch.where(n > 1, (m[3] / (n-1).clamp(min=1)).sqrt(), nan),
             'min': torch.where(n > 0, m[4], nan), 'max': torch.where(n > 0, m[5], nan), 'nonfinite': m[1].long()}
+
+def explain_nonfinite(stats, numel):
+    "Add a `warning` to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
+    bad = stats.get('nonfinite', 0)
+    if bad == numel: stats['warning'] = f'all {numel} values are NaN or Inf: there are no statistics (they are NaN)'
+    elif bad: stats['warning'] = f'{bad} of {numel} values are NaN or Inf: the statistics are over the other {numel - bad}'
+    return stats
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
 class FeatureMapDebugger(ForwardDebugger):
@@ -134,11 +190,16 @@ class FeatureMapDebugger(ForwardDebugger):
         super().__init__(layer_name)
         self.max_samples = max_samples
     def process_forward(self, module, input, output):
-        if not isinstance(output, torch.Tensor) or output.numel() == 0: return output_error(output)
+        if (err := output_error(output)): return err
         kept = output.detach() if self.max_samples is None else output.detach()[:self.max_samples]
         return {'feature_map': kept.clone(),
                 'stats': {**moment_stats(output), 'shape': list(output.shape)},
                 'layer_name': self.layer_name}
+    def to_host(self, results):
+        "The stats as Python floats (plus `nonfinite` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
+        res = to_host(results)
+        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']))
+        return res
 
 # %% ../nbs/10c_debuggers.ipynb #95376f18
 class AttentionDebugger(ForwardDebugger):
@@ -153,52 +214,83 @@ class AttentionDebugger(ForwardDebugger):
             if attn is None:
                 return {'error': f'{type(module).__name__} returned no attention weights (item {self.weights_index} of its output); '
                                  'call it with need_weights=True'}
-        if not isinstance(attn, torch.Tensor) or attn.numel() == 0: return output_error(attn, 'Attention weights')
+        if (err := output_error(attn, 'Attention weights')): return err
         weights = as_float(attn)
         row_entropy = -(weights * (weights + self.eps).log()).sum(-1)
         stats = {'entropy': row_entropy.mean(), 'max_attention': weights.max(), 'max_entropy': math.log(weights.shape[-1]),
                  'attention_distribution': weights.mean(0) if weights.ndim > 1 else weights}
         if weights.ndim == 4: stats['entropy_per_head'] = row_entropy.mean((0, 2))   # (batch, heads, queries, keys)
         return {'attention_map': weights.clone(), 'attention_stats': stats, 'layer_name': self.layer_name}
+    def to_host(self, results):
+        "Entropies and the max weight as Python floats (per head: a list), the map and the mean distribution as CPU tensors."
+        res = to_host(results)
+        stats = res.get('attention_stats')
+        if isinstance(stats, dict) and isinstance(stats.get('entropy_per_head'), torch.Tensor): stats['entropy_per_head'] = stats['entropy_per_head'].tolist()
+        return res
 
 # %% ../nbs/10c_debuggers.ipynb #78e32d03
-def _channel_dims(x):
-    if x.ndim >= 4: return tuple(d for d in range(x.ndim) if d != 1)
-    if x.ndim >= 2: return tuple(range(x.ndim - 1))
+def channel_dims(x):
+    "The dims channel statistics reduce, as the reference design defines them: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
+    if x.ndim == 4: return (0, 2, 3)
+    if x.ndim >= 3: return (0,)
     return None
 
+def finite_mean_std(x, dims):
+    "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), on `x`'s device."
+    ok = torch.isfinite(x)
+    n = ok.sum(dims, keepdim=True)
+    mean = torch.where(ok, x, 0.).sum(dims, keepdim=True) / n
+    m2 = torch.where(ok, x - mean, 0.).square().sum(dims, keepdim=True)
+    std = torch.where(n > 1, (m2 / (n - 1).clamp(min=1)).sqrt(), math.nan)
+    return mean.squeeze(dims), std.squeeze(dims)
+
 class ActivationStatsDebugger(ForwardDebugger):
-    "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, per-channel means and stds, first values. Costs a few reads of the output."
+    "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
     def __init__(self, layer_name, sat_low=-1., sat_high=1., n_samples=100):
         super().__init__(layer_name)
         self.sat_low, self.sat_high, self.n_samples = sat_low, sat_high, n_samples
     def process_forward(self, module, input, output):
-        if not isinstance(output, torch.Tensor) or output.numel() == 0: return output_error(output)
+        if (err := output_error(output)): return err
         x = as_float(output)
-        finite = torch.where(torch.isfinite(x), x, 0.)
+        ok = torch.isfinite(x)
+        finite = torch.where(ok, x, 0.)
         stats = {'shape': list(x.shape), **moment_stats(x),
-                 'l1_norm': finite.abs().mean(), 'l2_norm': torch.linalg.vector_norm(finite),
+                 'l1_norm': finite.abs().sum(dtype=torch.float64) / ok.sum(), 'l2_norm': torch.linalg.vector_norm(finite, dtype=torch.float64),
                  'sparsity': (x == 0).float().mean(), 'positive_ratio': (x > 0).float().mean(),
                  'saturation_low': (x <= self.sat_low).float().mean(), 'saturation_high': (x >= self.sat_high).float().mean()}
-        dims = _channel_dims(x)
-        if dims is not None: stats.update(channel_means=x.mean(dims), channel_stds=x.std(dims))
+        dims = channel_dims(x)
+        if dims is not None:
+            stats['channel_means'], stats['channel_stds'] = finite_mean_std(x, dims)
         return {'layer_name': self.layer_name, 'module_type': type(module).__name__, 'activation_stats': stats,
                 'sample_values': x.reshape(-1)[:self.n_samples].clone()}
+    def to_host(self, results):
+        "Every statistic as a Python float or int, channel statistics and sample values as (nested) lists of floats."
+        res = to_host(results)
+        stats = res.get('activation_stats')
+        if not isinstance(stats, dict): return res
+        for k in ('channel_means', 'channel_stds'):
+            if isinstance(stats.get(k), torch.Tensor): stats[k] = stats[k].tolist()
+        if isinstance(res.get('sample_values'), torch.Tensor): res['sample_values'] = res['sample_values'].tolist()
+        explain_nonfinite(stats, math.prod(stats['shape']))
+        return res
 
 # %% ../nbs/10c_debuggers.ipynb #0fa4ed44
 class LayerOutputDebugger(ForwardDebugger):
-    "Save the layer's raw output, average-pooled by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
+    "Save the layer's raw output, average-pooled (`F.avg_pool2d`, floor) by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
     def __init__(self, layer_name, downsample_factor=4):
         super().__init__(layer_name)
+        if not (isinstance(downsample_factor, int) and downsample_factor >= 1):
+            raise ValueError(f'downsample_factor must be a positive int (1: no pooling), got {downsample_factor!r}')
         self.downsample_factor = downsample_factor
     def process_forward(self, module, input, output):
-        if not isinstance(output, torch.Tensor) or output.numel() == 0: return output_error(output)
+        if (err := output_error(output)): return err
         x, k = output.detach(), self.downsample_factor
-        pooled = x.ndim in (3, 4) and k > 1
-        if pooled: res = F.avg_pool2d(as_float(x), k, ceil_mode=True)   # (C,H,W) and (N,C,H,W) both pool H and W
-        else: res = x.clone()
-        return {'layer_name': self.layer_name, 'original_shape': list(x.shape), 'output': res,
-                'downsampled': pooled, 'downsample_factor': k}
+        res = {'layer_name': self.layer_name, 'original_shape': list(x.shape), 'output': None, 'downsampled': k > 1, 'downsample_factor': k}
+        if x.ndim in (3, 4) and k > 1:
+            if min(x.shape[-2:]) >= k: res['output'] = F.avg_pool2d(as_float(x), k)   # (C,H,W) and (N,C,H,W) both pool H and W
+            else: res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
+        if res['output'] is None: res['output'] = x.clone()
+        return res
 
 # %% ../nbs/10c_debuggers.ipynb #bf6233c5
 def _with_grad(inputs):
@@ -233,7 +325,8 @@ class GradCAMDebugger(BaseDebugger):
         if len(tc) != n: raise ValueError(f'target_class has {len(tc)} classes for a batch of {n}: give one per sample, an int or None')
         return tc
 
-    def __call__(self, datapoint, model):
+    def collect(self, datapoint, model):
+        "The heatmaps, targets and channel weights as device tensors (no host read)."
         module = find_module(model, self.target_layer, arg='target_layer')
         inputs, acts = _with_grad(datapoint['inputs']), []
         base = {'target_layer': self.target_layer, 'target_class': self.target_class}
@@ -257,20 +350,12 @@ class GradCAMDebugger(BaseDebugger):
         return {'gradcam': cam, 'targets': targets, 'channel_weights': weights, **base,
                 'gradcam_stats': {'mean': cam.mean(), 'std': cam.std(), 'shape': list(cam.shape)}}
 
+    def __call__(self, datapoint, model):
+        "GradCAM for `datapoint` on the host: heatmaps `(batch, height, width)` as a CPU tensor, `gradcam_stats` as Python floats and a list."
+        return self.to_host(self.collect(datapoint, model))
     def __repr__(self): return f'{type(self).__name__}({self.target_layer!r}, target_class={self.target_class!r})'
 
 # %% ../nbs/10c_debuggers.ipynb #b90ff5f0
-def to_host(o):
-    "`o` (nested dicts, lists and tuples) with 0-d tensors as Python numbers and other tensors detached on the CPU."
-    if isinstance(o, torch.Tensor):
-        o = o.detach()
-        if o.ndim == 0: return o.item()
-        o = o.cpu()
-        return o.float() if o.dtype in (torch.float16, torch.bfloat16) else o
-    if isinstance(o, Mapping): return {k: to_host(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return type(o)(to_host(v) for v in o)
-    return o
-
 def nbytes(o):
     "Approximate memory held by `o` (nested results): tensor and array sizes, 8 bytes per scalar. No device read."
     if isinstance(o, torch.Tensor): return o.numel() * o.element_size()
@@ -283,50 +368,98 @@ def nbytes(o):
 # %% ../nbs/10c_debuggers.ipynb #e8095dd3
 from .dumps import atomic_write   # lesson 10b's: `write(f)` on a temp file beside `path`, then renamed over it
 
+def _plain(o):
+    "Numpy scalars and 0-d tensors as Python numbers; anything else as it is."
+    if isinstance(o, np.generic): return o.item()
+    if isinstance(o, torch.Tensor) and o.ndim == 0: return o.item()
+    return o
+
+def _nonfinite_kind(v): return 'nan' if math.isnan(v) else 'inf' if v > 0 else '-inf'
+
+def _encode_leaves(o, arrays, bad, counter):
+    "Encode `o`, a value or nested lists; each non-finite float becomes None and its leaf number (from `counter`) goes into `bad[kind]`."
+    if isinstance(o, (list, tuple)): return [_encode_leaves(v, arrays, bad, counter) for v in o]
+    o, i = _plain(o), next(counter)
+    if isinstance(o, float) and not math.isfinite(o):
+        bad.setdefault(_nonfinite_kind(o), []).append(i)
+        return None
+    return _encode(o, arrays)
+
 def _encode(o, arrays):
+    o = _plain(o)
     if isinstance(o, torch.Tensor):
-        o = to_host(o)
-        if not isinstance(o, torch.Tensor): return _encode(o, arrays)
-        o = o.numpy()
+        o = to_host(o).numpy()
     if isinstance(o, np.ndarray):
         if o.dtype == object: raise TypeError('object arrays cannot be saved without pickle')
         key = f'a{len(arrays)}'
         arrays[key] = o
         return {'__array__': key}
-    if isinstance(o, np.generic): o = o.item()
-    if isinstance(o, float) and not math.isfinite(o): return {'__float__': repr(o)}
+    if isinstance(o, float) and not math.isfinite(o): return None   # only outside a dict; in one, `_encode_leaves` keeps its reason
     if o is None or isinstance(o, (bool, int, float, str)): return o
-    if isinstance(o, Mapping): return {str(k): _encode(v, arrays) for k, v in o.items()}
+    if isinstance(o, Mapping):
+        res, reasons = {}, {}
+        for k, v in o.items():
+            bad = {}
+            res[str(k)] = _encode_leaves(v, arrays, bad, itertools.count())
+            if bad: reasons[f'{k}_reason'] = bad if isinstance(v, (list, tuple)) else next(iter(bad))
+        return {**res, **{k: v for k, v in reasons.items() if k not in res}}
     if isinstance(o, (list, tuple)): return [_encode(v, arrays) for v in o]
     return {'__repr__': repr(o)}
 
 def encode_records(records):
-    "Split `records` into a JSON-able structure and a dict of numpy arrays it refers to by `{'__array__': key}`."
+    "Split `records` into strict-JSON data (non-finite floats as null with a `<key>_reason`) and the numpy arrays it refers to by `{'__array__': key}`."
     arrays = {}
     return _encode(records, arrays), arrays
+
+def _restore_leaves(o, positions, counter):
+    "`o` (a value or nested lists) with the leaves numbered in `positions` replaced by their float."
+    if isinstance(o, list): return [_restore_leaves(v, positions, counter) for v in o]
+    i = next(counter)
+    return positions.get(i, o) if o is None else o
+
+def _restore(v, reason):
+    "The value written as `v` with `reason` (`'nan'`, or `{'nan': [positions]}` for a list); None if `reason` is not one of ours."
+    kinds = ('nan', 'inf', '-inf')
+    if isinstance(reason, str) and reason in kinds and v is None: return float(reason)
+    if isinstance(reason, dict) and isinstance(v, list) and set(reason) <= set(kinds) and all(isinstance(p, list) for p in reason.values()):
+        positions = {i: float(kind) for kind, idxs in reason.items() for i in idxs}
+        return _restore_leaves(v, positions, itertools.count())
+    return None
 
 def _decode(o, arrays, tensors):
     if isinstance(o, dict):
         if set(o) == {'__array__'}:
             a = arrays[o['__array__']]
             return torch.from_numpy(a) if tensors else a
-        if set(o) == {'__float__'}: return float(o['__float__'])
-        return {k: _decode(v, arrays, tensors) for k, v in o.items()}
+        if set(o) == {'__float__'}: return float(o['__float__'])   # pages written by miniai before the null + reason format
+        res, used = {}, set()
+        for k, v in o.items():
+            v = _decode(v, arrays, tensors)
+            if f'{k}_reason' in o and (restored := _restore(v, o[f'{k}_reason'])) is not None:
+                v = restored; used.add(f'{k}_reason')
+            res[k] = v
+        return {k: v for k, v in res.items() if k not in used}
     if isinstance(o, list): return [_decode(v, arrays, tensors) for v in o]
     return o
 
 def decode_records(struct, arrays, tensors=True):
-    "Inverse of `encode_records`: arrays come back as CPU tensors (numpy arrays if not `tensors`)."
+    "Inverse of `encode_records`: arrays come back as CPU tensors (numpy arrays if not `tensors`), non-finite floats as floats."
     return _decode(struct, arrays, tensors)
+
+def strict_json(o, **kwargs):
+    "`o` (no arrays) as strict JSON text, non-finite floats as null with a `<key>_reason`."
+    struct, arrays = encode_records(o)
+    if arrays: raise TypeError(f'strict_json cannot write arrays ({len(arrays)} found): use write_page')
+    return json.dumps(struct, allow_nan=False, **kwargs)
 
 # %% ../nbs/10c_debuggers.ipynb #f5dceb88
 INDEX = 'index.json'
 
 def write_page(path, stem, records):
     "Write `records` as `{stem}.json` + `{stem}.npz` in folder `path`, atomically; returns the page's index entry."
-    struct, arrays = encode_records(records)
+    struct, arrays = encode_records({'records': records})
     atomic_write(Path(path)/f'{stem}.npz', lambda f: np.savez(f, **arrays))
-    atomic_write(Path(path)/f'{stem}.json', lambda f: f.write(json.dumps({'records': struct}, allow_nan=False).encode()))
+    atomic_write(Path(path)/f'{stem}.json', lambda f: f.write(json.dumps(struct, allow_nan=False).encode()))
     return {'json': f'{stem}.json', 'npz': f'{stem}.npz', 'n_records': len(records), 'nbytes': sum(a.nbytes for a in arrays.values())}
 
 def _page_file(path, name):
@@ -346,8 +479,8 @@ def iter_records(path, tensors=True):
     for page in read_index(path)['pages']:
         npz_file, json_file = _page_file(path, page['npz']), _page_file(path, page['json'])
         with np.load(npz_file, allow_pickle=False) as npz: arrays = {k: npz[k] for k in npz.files}
-        struct = json.loads(json_file.read_text())['records']
-        yield from decode_records(struct, arrays, tensors=tensors)
+        struct = json.loads(json_file.read_text())
+        yield from decode_records(struct, arrays, tensors=tensors)['records']
 
 def load_pages(path, tensors=True):
     "All records written by a `SequentialDebugger` in folder `path` (arrays as CPU tensors, numpy if not `tensors`)."
@@ -414,8 +547,8 @@ class SequentialDebugger(BaseDebugger):
         finally:
             for d in fwd: d.active = True
 
-    def __call__(self, datapoint, model, **meta):
-        "Run all debuggers on `datapoint`; returns `{name: results}` and buffers them with `meta` (e.g. epoch, iter)."
+    def collect(self, datapoint, model, **meta):
+        "Run all debuggers on `datapoint` and buffer their results as computed (device tensors) with `meta` (e.g. epoch, iter); returns the record."
         fwd = self.forward_debuggers
         if fwd and not self.attached:
             try:
@@ -425,10 +558,18 @@ class SequentialDebugger(BaseDebugger):
         results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
         with self._paused():
             for name, d in self.debuggers.items():
-                if not isinstance(d, ForwardDebugger): results[name] = d(datapoint, model)
-        results = {name: results[name] for name in self.debuggers}
-        self.add({**meta, 'results': results})
-        return results
+                if not isinstance(d, ForwardDebugger): results[name] = d.collect(datapoint, model)
+        record = {**meta, 'results': {name: results[name] for name in self.debuggers}}
+        self.add(record)
+        return record
+
+    def __call__(self, datapoint, model, **meta):
+        "Run all debuggers on `datapoint`, buffer the results with `meta` (e.g. epoch, iter) and return `{name: results}` on the host."
+        return self.to_host(self.collect(datapoint, model, **meta)['results'])
+
+    def to_host(self, results):
+        "`{name: results}` with each debugger's results as its `to_host` gives them."
+        return {name: self.debuggers[name].to_host(r) if name in self.debuggers else to_host(r) for name, r in results.items()}
 
     def add(self, record):
         "Buffer `record`, writing a page when the buffer reaches `page_size_mb`."
@@ -438,16 +579,35 @@ class SequentialDebugger(BaseDebugger):
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
         if self.buffer_bytes >= self.page_size_mb * 2**20: self.flush()
 
+    def _write_error(self, e):
+        "`e` (an OSError) again, with a message that names the folder and says what is kept."
+        detail = e.strerror or str(e)
+        if e.filename and os.fspath(e.filename) != os.fspath(self.path): detail += f' ({e.filename})'
+        kept = f' (nothing is lost: {len(self.buffer)} records are still buffered; flush() again writes them)' if self.buffer else ''
+        msg = f'{type(self).__name__} cannot write its pages to the folder {str(self.path)!r}: {detail}. Give path= a writable folder{kept}'
+        return type(e)(e.errno, msg) if e.errno is not None else type(e)(msg)
+
+    def check_path(self):
+        "Raise now, with the folder's name, if the pages folder `path` cannot be created or written in (None: a new temporary folder at the first flush)."
+        if self.path is None: return
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.path): pass
+        except OSError as e: raise self._write_error(e) from e
+
     def flush(self):
-        "Write the buffered records as a page (if any), then the index; returns the folder."
+        "Write the buffered records as a page (if any), then the index; returns the folder. On failure the records stay buffered."
         if self.path is None: self.path = Path(tempfile.mkdtemp(prefix='miniai_debug_'))
-        self.path.mkdir(parents=True, exist_ok=True)
-        if self.buffer:
-            self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', self.buffer))
-            self.buffer, self.buffer_bytes = [], 0
-        index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
-                 'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
-        atomic_write(self.path/INDEX, lambda f: f.write(json.dumps(index, indent=1).encode()))
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            if self.buffer:
+                records = [{**r, 'results': self.to_host(r['results'])} for r in self.buffer]
+                self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', records))
+                self.buffer, self.buffer_bytes = [], 0
+            index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
+                     'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
+            atomic_write(self.path/INDEX, lambda f: f.write(strict_json(index, indent=1).encode()))
+        except OSError as e: raise self._write_error(e) from e
         return self.path
 
     read_pages = staticmethod(load_pages)
@@ -464,7 +624,7 @@ class DebugCB(Callback):
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
         if not (isinstance(every, int) and every >= 1): raise ValueError(f'every (checkpoint_method) must be a positive int of epochs, got {every!r}')
         fc.store_attr('debugger,every,epochs,batches,on_train,on_valid,n_inp')
-        self.active = False
+        self.active = self.checked = False
 
     @classmethod
     def from_config(cls, config, **kwargs):
@@ -478,7 +638,11 @@ class DebugCB(Callback):
         epoch_ok = learn.epoch in self.epochs if self.epochs is not None else (learn.epoch + 1) % self.every == 0
         return epoch_ok and (self.batches is None or learn.iter in self.batches)
 
-    def before_fit(self): self.debugger.check(self.learn.model)
+    def before_fit(self):
+        self.checked = False
+        self.debugger.check(self.learn.model)
+        self.debugger.check_path()
+        self.checked = True
     def before_batch(self):
         self.active = self.chosen()
         if self.active: self.debugger.attach(self.learn.model)
@@ -487,13 +651,16 @@ class DebugCB(Callback):
         learn, k = self.learn, self.n_inp
         inputs = learn.batch[0] if k == 1 else tuple(learn.batch[:k])
         targets = learn.batch[k] if len(learn.batch) == k+1 else tuple(learn.batch[k:])
-        self.debugger({'inputs': inputs, 'outputs': learn.preds, 'targets': targets}, learn.model,
-                      epoch=learn.epoch, iter=learn.iter, train=learn.training)
-        self.debugger.remove()
+        try: self.debugger.collect({'inputs': inputs, 'outputs': learn.preds, 'targets': targets}, learn.model,
+                                   epoch=learn.epoch, iter=learn.iter, train=learn.training)
+        finally: self.debugger.remove()
     def cleanup_batch(self):
         if self.active: self.debugger.remove()
         self.active = False
     def cleanup_fit(self):
-        self.debugger.remove()
-        self.debugger.flush()
-        self.learn = None      # keeping the callback does not keep the model alive
+        "Remove the hooks first, then write what is left (unless `before_fit` found nothing to write to)."
+        try: self.debugger.remove()
+        finally:
+            try:
+                if self.checked or self.debugger.buffer: self.debugger.flush()
+            finally: self.learn = None      # keeping the callback does not keep the model alive

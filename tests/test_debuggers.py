@@ -53,3 +53,140 @@ def test_failed_write_loses_nothing(tmp_path, monkeypatch):
 def test_page_names_cannot_escape(tmp_path):
     (tmp_path/'index.json').write_text(json.dumps({'pages': [{'json': '../x.json', 'npz': 'p.npz'}]}))
     with pytest.raises(ValueError, match='outside its folder'): load_pages(tmp_path)
+
+# --- trust at the edges (issue #11): outputs a debugger cannot describe, NaN in pages, folders that cannot be written ---
+import math, os, shutil, tempfile
+from pathlib import Path
+import torch.nn.functional as F
+from miniai.learner import Learner, TrainCB, Callback
+from miniai.datasets import DataLoaders
+
+def no_constants(name): raise ValueError(f'not strict JSON: {name}')
+
+class Const(nn.Module):
+    def __init__(self, value): super().__init__(); self.value = value
+    def forward(self, x): return self.value
+
+FORWARD = [FeatureMapDebugger, AttentionDebugger, ActivationStatsDebugger, LayerOutputDebugger]
+BAD = {'None': (None, 'not a tensor (got NoneType)'), 'int': (3, 'not a tensor (got int)'),
+       'empty': (torch.zeros(2, 0, 4), 'empty tensor of shape [2, 0, 4]'),
+       'complex': (torch.ones(2, 3, dtype=torch.complex64), 'complex dtype')}
+
+@pytest.mark.parametrize('kind', BAD)
+@pytest.mark.parametrize('cls', FORWARD, ids=lambda c: c.__name__)
+def test_unusable_outputs_give_an_error_dict(cls, kind):
+    value, msg = BAD[kind]
+    res = cls('0')({'inputs': None}, nn.Sequential(Const(value)))
+    assert set(res) == {'error'} and msg in res['error'], res
+
+@pytest.mark.parametrize('cls', FORWARD, ids=lambda c: c.__name__)
+def test_all_nan_output_is_reported_and_written_as_strict_json(cls, tmp_path):
+    model = nn.Sequential(Const(torch.full((2, 3, 4, 4), math.nan)))
+    res = cls('0')({'inputs': None}, model)
+    stats = res.get('stats') or res.get('activation_stats')
+    if stats is not None:
+        assert stats['nonfinite'] == 96 and math.isnan(stats['mean']) and 'all 96 values are NaN or Inf' in stats['warning']
+    with SequentialDebugger(100, [{'name': 'd', 'debugger_config': {'class': cls, 'args': {'layer_name': '0'}}}], path=tmp_path) as sd:
+        sd({'inputs': None}, model)
+    for name in ['index.json'] + [p['json'] for p in read_index(tmp_path)['pages']]:
+        json.loads((tmp_path/name).read_text(), parse_constant=no_constants)
+    back = load_pages(tmp_path)[0]['results']['d']
+    if stats is not None:
+        back_stats = back.get('stats') or back.get('activation_stats')
+        assert math.isnan(back_stats['mean']) and not any(k.endswith('_reason') for k in back_stats)
+
+def test_nan_in_lists_round_trips(tmp_path):
+    x = torch.randn(2, 3, 4, 4); x[:, 1] = math.nan; x[0, 0, 0, 0] = -math.inf
+    model = nn.Sequential(Const(x))
+    with SequentialDebugger(100, [{'name': 's', 'debugger_config': {'class': ActivationStatsDebugger, 'args': {'layer_name': '0'}}}], path=tmp_path) as sd:
+        res = sd({'inputs': None}, model)
+    page = json.loads((tmp_path/'page_00000.json').read_text(), parse_constant=no_constants)
+    written = page['records'][0]['results']['s']
+    assert written['activation_stats']['channel_means'][1] is None and written['activation_stats']['channel_means_reason'] == {'nan': [1]}
+    assert written['sample_values'][0] is None and written['sample_values_reason']['-inf'] == [0]
+    back = load_pages(tmp_path)[0]['results']['s']
+    np.testing.assert_equal(back['activation_stats']['channel_means'], res['s']['activation_stats']['channel_means'])
+    np.testing.assert_equal(back['sample_values'], res['s']['sample_values'])
+
+def test_index_is_strict_json_with_an_infinite_page_size(tmp_path):
+    sd = SequentialDebugger(math.inf, CONFIG, path=tmp_path)
+    sd({'inputs': torch.randn(2, 1, 8, 8)}, toy())
+    sd.flush()
+    index = json.loads((tmp_path/'index.json').read_text(), parse_constant=no_constants)
+    assert index['page_size_mb'] is None and index['page_size_mb_reason'] == 'inf'
+    assert len(load_pages(tmp_path)) == 1
+
+def test_process_forward_errors_do_not_stop_training():
+    class Broken(dbg.ForwardDebugger):
+        def process_forward(self, module, input, output): raise RuntimeError('oops')
+    res = Broken('1')({'inputs': torch.randn(2, 1, 8, 8)}, toy())
+    assert res == {'error': "Broken.process_forward failed on the output of '1': RuntimeError: oops"}
+
+def test_gradcam_on_model_outputs_it_cannot_use():
+    for value, msg in ((None, 'got NoneType'), (3, 'got int')):
+        res = GradCAMDebugger('0')({'inputs': torch.randn(2, 1, 4, 4)}, nn.Sequential(nn.Identity(), Const(value)))
+        assert msg in res['error'], res
+
+def toy_dls(n=32, bs=8):
+    ds = list(zip(torch.randn(n, 1, 8, 8), torch.randint(0, 3, (n,))))
+    return DataLoaders(torch.utils.data.DataLoader(ds, bs), torch.utils.data.DataLoader(ds, bs))
+
+def n_hooks(model): return sum(len(m._forward_hooks) for m in model.modules())
+
+def test_debugcb_unwritable_folder_fails_before_training(tmp_path):
+    model = toy()
+    before = [p.detach().clone() for p in model.parameters()]
+    (tmp_path/'file').write_text('x')
+    folder = tmp_path/'file'/'pages'
+    with pytest.raises(OSError, match=f"cannot write its pages to the folder '{folder}'"):
+        Learner(model, toy_dls(), F.cross_entropy, cbs=[TrainCB(), DebugCB(SequentialDebugger(100, CONFIG, path=folder))]).fit(1)
+    assert n_hooks(model) == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))     # nothing trained
+
+def test_debugcb_cleanup_removes_hooks_before_it_writes(tmp_path):
+    "The last flush fails in the cleanup stage (the folder went away): the hooks are gone first, the records stay buffered."
+    model = toy()
+    sd = SequentialDebugger(100, CONFIG, path=tmp_path/'pages')
+    hooks_at_flush = []
+    real_flush = sd.flush
+    def flush():
+        hooks_at_flush.append(n_hooks(model))
+        return real_flush()
+    sd.flush = flush
+    class Break(Callback):
+        order = DebugCB.order + 1
+        def after_predict(self):
+            if self.learn.iter == 0: (tmp_path/'pages').rmdir(); (tmp_path/'pages').write_text('not a folder')
+    with pytest.raises(OSError, match=f"folder '{tmp_path/'pages'}'.*2 records are still buffered"):
+        Learner(model, toy_dls(), F.cross_entropy, cbs=[TrainCB(), DebugCB(sd, batches=(0, 1)), Break()]).fit(1)
+    assert hooks_at_flush == [0] and n_hooks(model) == 0 and len(sd.buffer) == 2
+    sd.path = tmp_path/'again'
+    sd.flush()
+    assert [r['iter'] for r in load_pages(tmp_path/'again')] == [0, 1]
+
+@pytest.mark.skipif(os.name != 'posix' or not Path('/usr/bin/setpriv').exists(), reason='needs setpriv to drop root')
+def test_debugcb_read_only_folder_as_another_user():
+    "A folder the user may not write to (run as `nobody` when we are root, since root writes anywhere)."
+    base = Path(tempfile.mkdtemp()); base.chmod(0o755)
+    try:
+        folder = base/'pages'; folder.mkdir(); folder.chmod(0o555)
+        code = ("import torch, torch.nn.functional as F, sys\n"
+                "from torch import nn\n"
+                "from miniai.learner import Learner, TrainCB\n"
+                "from miniai.datasets import DataLoaders\n"
+                "from miniai.debuggers import DebugCB, SequentialDebugger\n"
+                "model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())\n"
+                "ds = list(zip(torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))))\n"
+                "dls = DataLoaders(torch.utils.data.DataLoader(ds, 4), torch.utils.data.DataLoader(ds, 4))\n"
+                "sd = SequentialDebugger(100, [{'name': 'f', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer_name': '0'}}}], path=sys.argv[1])\n"
+                "try: Learner(model, dls, F.cross_entropy, cbs=[TrainCB(), DebugCB(sd)]).fit(1)\n"
+                "except PermissionError as e: print('ERROR', e)\n"
+                "print('HOOKS', sum(len(m._forward_hooks) for m in model.modules()))\n")
+        cmd = [sys.executable, '-c', code, str(folder)]
+        if os.geteuid() == 0: cmd = ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', *cmd]
+        root = Path(dbg.__file__).parent.parent
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(root), 'HOME': str(base)})
+        if 'HOOKS' not in res.stdout: pytest.skip(f'cannot run as nobody here: {res.stderr[-300:]!r}')
+        assert f"ERROR [Errno 13] SequentialDebugger cannot write its pages to the folder '{folder}'" in res.stdout, res.stdout
+        assert 'HOOKS 0' in res.stdout and os.listdir(folder) == []
+    finally: shutil.rmtree(base)
