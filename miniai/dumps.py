@@ -18,10 +18,11 @@ from fastprogress import progress_bar
 
 # %% auto #0
 __all__ = ['MAX_DUMP_NAME', 'CSV_COLUMNS', 'UNCOMPARED_COLUMNS', 'sanitize_name', 'dump_filename', 'get_rank', 'rank_dir',
-           'tensor_to_numpy', 'atomic_write', 'save_npy', 'StagingPool', 'spare_core', 'DumpWriter', 'SavingHook',
-           'register_saving_hook', 'dump_index', 'load_dump', 'compare_arrays', 'open_npy', 'compare_files',
-           'CompareSetupError', 'display_name', 'write_csv', 'read_csv', 'compare_dumps', 'find_failures',
-           'compare_main']
+           'tensor_to_numpy', 'atomic_write', 'save_npy', 'StagingPool', 'spare_core', 'DumpWriter',
+           'TargetClassWarning', 'default_target_classes', 'resolve_target_classes', 'SavingHook',
+           'register_saving_hook', 'register_hook', 'dump_index', 'load_dump', 'compare_arrays', 'open_npy',
+           'compare_files', 'CompareSetupError', 'display_name', 'write_csv', 'read_csv', 'compare_dumps',
+           'find_failures', 'compare_main']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def sanitize_name(name) -> str:
@@ -232,12 +233,39 @@ class DumpWriter:
             self.pool.clear()
 
 # %% ../nbs/10b_dumps.ipynb #fcf20123
+class TargetClassWarning(UserWarning):
+    "Some of `target_class_names` match no module of the model: the others are saved."
+
 def _as_names(target_class_names):
-    if target_class_names is None: raise ValueError("target_class_names is required: a class name such as 'Conv2d', or a list of them")
+    "`target_class_names` as a list of str without repeats, or None (the default classes)."
+    if target_class_names is None: return None
     names = [target_class_names] if isinstance(target_class_names, str) else target_class_names
     if not isinstance(names, (list, tuple, set)) or not names or not all(isinstance(o, str) for o in names):
         raise TypeError(f"target_class_names must be a str or a list of str (class names, not modules), got {target_class_names!r}")
-    return list(names)
+    return list(dict.fromkeys(names))
+
+def _is_leaf(m): return next(m.children(), None) is None
+
+def default_target_classes(model:nn.Module) -> list:
+    "The class names `target_class_names=None` stands for: the classes of `model`'s leaf modules that own trainable parameters, in the order they first appear."
+    return list(dict.fromkeys(type(m).__name__ for m in model.modules()
+                              if _is_leaf(m) and any(p.requires_grad for p in m.parameters(recurse=False))))
+
+def resolve_target_classes(model:nn.Module, target_class_names=None) -> list:
+    "The class names of `target_class_names` (None: `default_target_classes`) that `model` has; warns about the names that match no module, raises if none does."
+    names, what = _as_names(target_class_names), type(model).__name__
+    available = sorted({type(m).__name__ for m in model.modules()})
+    have = f"its modules' class names are: {', '.join(available)}"
+    if names is None:
+        names = default_target_classes(model)
+        if not names: raise ValueError(f"target_class_names=None saves the leaf modules that have trainable parameters, and this {what} "
+                                       f"has none: pass the class names to save ({have})")
+        return names
+    found, unknown = [o for o in names if o in available], [o for o in names if o not in available]
+    if not found: raise ValueError(f"target_class_names {unknown} match no module of this {what}; {have}")
+    if unknown: warnings.warn(f"target_class_names {unknown} match no module of this {what}, so only {found} are saved; {have}",
+                              TargetClassWarning, stacklevel=4)
+    return found
 
 def _limit_ok(count, limit): return limit < 0 or count < limit
 
@@ -250,15 +278,11 @@ def _flush_at_exit(writer, path):
 
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
 class SavingHook:
-    "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` under `path`; see `register_saving_hook`."
+    "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` (None: `default_target_classes`) under `path`; see `register_saving_hook`."
     def __init__(self, model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
                  max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None):
         from miniai.activations import Hooks, tensor_items   # imported here so `miniai-compare` starts without the training stack
-        names = _as_names(target_class_names)
-        available = sorted({type(m).__name__ for m in model.modules()})
-        unknown = [o for o in names if o not in available]
-        if unknown: raise ValueError(f"target_class_names {unknown} match no module of this {type(model).__name__}; "
-                                     f"its modules' class names are: {', '.join(available)}")
+        self.target_class_names = names = resolve_target_classes(model, target_class_names)
         fc.store_attr('max_saved_tensors,max_saved_grads,save_output_grads')
         self.rank = get_rank()
         self.tensor_dir, self.grad_dir = rank_dir(path, 'tensors', self.rank), rank_dir(path, 'grads', self.rank)
@@ -326,18 +350,26 @@ class SavingHook:
                                 f'and {self.n_grads} grads{", removed" if self.closed else ""})')
 
 # %% ../nbs/10b_dumps.ipynb #2e32a9f6
-def register_saving_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
-                         max_saved_grads=100, **kwargs) -> nn.Module:
-    "Hook `model` to save the outputs and parameter gradients of modules whose class name is in `target_class_names`; a hook registered before is removed, with a warning."
+def _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, caller):
     new = SavingHook(model, path, target_class_names, max_saved_tensors, max_saved_grads, **kwargs)
     old = getattr(model, 'saving_hook', None)
     try:
         if isinstance(old, SavingHook) and not old.closed:
-            warnings.warn(f"register_saving_hook: this model already had a saving hook, {old!r}; it is removed (its files are "
-                          f"flushed) and replaced by the new one on {path}", stacklevel=2)
+            warnings.warn(f"{caller}: this model already had a saving hook, {old!r}; it is removed (its files are "
+                          f"flushed) and replaced by the new one on {path}", stacklevel=3)
             old.remove()
     finally: model.saving_hook = new
     return model
+
+def register_saving_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
+                         max_saved_grads=100, **kwargs) -> nn.Module:
+    "Hook `model` to save the outputs and parameter gradients of modules whose class name is in `target_class_names` (None: every class of leaf module with trainable parameters); a hook registered before is removed, with a warning."
+    return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_saving_hook')
+
+def register_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
+                  max_saved_grads=100, **kwargs) -> nn.Module:
+    "`register_saving_hook` under the name the original tool's README uses: the same arguments, defaults and result."
+    return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_hook')
 
 # %% ../nbs/10b_dumps.ipynb #ca1f88ac
 def dump_index(folder) -> dict:
