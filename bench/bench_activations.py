@@ -16,6 +16,13 @@ Two modes:
                     reported as a share of an unrecorded batch and, the goal's measure, of one whole epoch
                     (added time x training batches / median time of a no-hook epoch with validation, same run).
                     --rounds epochs per configuration.
+  --mode kernel     the recorders alone, on the five real activations of one training batch, interleaved with training
+                    steps of the same model: per round, one training step (forward + backward + SGD step, no hooks), the
+                    five `StatsRecorder.record` calls of the current kernel, and the same calls of the previous kernel
+                    (`StatsRecorder` of commit PREV_COMMIT, loaded with git: no exact NaN/Inf count), each timed per call
+                    over blocks of 16 calls (one flush each), median of 5 blocks; the step as the median of 20.
+                    Shares are (kernel time / training step time) per round, median over rounds: a load on the machine
+                    slows all three alike, which whole-epoch timings on this VM cannot separate.
   --mode epoch      whole epochs (59 training batches + validation), each configuration once per round, in a new
                     random order each round;
                     the overhead is the median over rounds of (that round's time / that round's no-hook time).
@@ -70,6 +77,63 @@ def fit_time(dls, kind, alternate=False):
     t2 = time.perf_counter()
     return (alt.times, t2 - t1) if alternate else t2 - t0
 
+PREV_COMMIT = 'dc00c63'   # the last commit before the exact NaN/Inf count
+
+def _previous_recorder_class():
+    "`StatsRecorder` as it was at PREV_COMMIT, loaded from git into a scratch module (None without git)."
+    import subprocess, types
+    try: src = subprocess.run(['git', 'show', f'{PREV_COMMIT}:miniai/activations.py'], capture_output=True, text=True, check=True).stdout
+    except Exception: return None
+    src = src.replace('from .datasets import *', 'from miniai.datasets import *').replace('from .learner import *', 'from miniai.learner import *')
+    mod = types.ModuleType('previous_activations'); exec(compile(src, 'previous_activations', 'exec'), mod.__dict__)
+    return mod.StatsRecorder
+
+def run_kernel(dls, rounds, reps=20):
+    from miniai.activations import StatsRecorder, _as_float, _sample
+    import random as _random
+    set_seed(1)
+    model = baseline_cnn()
+    xb, yb = next(iter(dls.train))
+    acts = []
+    hooks = [m.register_forward_hook(lambda m, i, o: acts.append(o.detach().clone())) for m in model.modules() if isinstance(m, nn.Conv2d)]
+    model(xb)
+    for h in hooks: h.remove()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    def step():
+        loss = F.cross_entropy(model(xb), yb); loss.backward(); opt.step(); opt.zero_grad()
+    recs = [StatsRecorder(seed=i) for i in range(len(acts))]
+    rng = _random.Random(0)
+    def current():
+        for r, a in zip(recs, acts): r.record(a)
+    prev = _previous_recorder_class()
+    prev_recs = [prev(seed=i) for i in range(len(acts))] if prev else None
+    def previous():   # the kernel of commit PREV_COMMIT (no exact NaN/Inf count): same calls on the same activations
+        for r, a in zip(prev_recs, acts): r.record(a)
+    def med(f):
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter(); f(); ts.append(time.perf_counter() - t0)
+        return statistics.median(ts)
+    def per_call(f, block=16, reps=5):   # blocks of 16 calls, so that each holds one flush
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(block): f()
+            ts.append((time.perf_counter() - t0) / block)
+        return statistics.median(ts)
+    for f in (step, current, previous): med(f)   # warm-up
+    rows = []
+    for r in range(rounds):
+        t_step, t_cur, t_prev = med(step), per_call(current), per_call(previous)
+        rows.append((t_step, t_cur, t_prev))
+    for rec in recs: rec.means   # the final read works
+    step_ms = statistics.median(r[0] for r in rows) * 1e3
+    cur = [r[1] / r[0] for r in rows]; prev = [r[2] / r[0] for r in rows]
+    print(f"training step (no hooks): {step_ms:.2f} ms median; activations: {sum(a.numel() for a in acts)/1e6:.2f}M values in {len(acts)} layers")
+    print(f"current kernel (record x5, flush amortised): {statistics.median(r[1] for r in rows)*1e3:.3f} ms = {statistics.median(cur)*100:.2f}% of a step")
+    print(f"previous kernel ({PREV_COMMIT}, no exact count): {statistics.median(r[2] for r in rows)*1e3:.3f} ms = {statistics.median(prev)*100:.2f}% of a step")
+    print(f"current / previous: {statistics.median(c/p for c, p in zip(cur, prev)):.2f}x")
+
 def quartiles(v): q = statistics.quantiles(v, n=4); return q[0], q[2]
 
 def run_alternate(dls, kinds, rounds):
@@ -112,14 +176,15 @@ def run_epoch(dls, kinds, rounds):
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser()
-    p.add_argument('--mode', choices=['alternate', 'epoch'], default='alternate')
+    p.add_argument('--mode', choices=['alternate', 'epoch', 'kernel'], default='alternate')
     p.add_argument('--rounds', type=int, default=None, help='default 3 (alternate) or 7 (epoch)')
     args = p.parse_args()
     rounds = args.rounds or (3 if args.mode == 'alternate' else 7)
     dls = fashion_dls(1024)
     kinds = ['none', 'course', 'ours', 'exact', 'histc']
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, mode {args.mode}, rounds {rounds}")
-    if args.mode == 'alternate':
+    if args.mode == 'kernel': run_kernel(dls, rounds)
+    elif args.mode == 'alternate':
         fit_time(dls, 'ours', alternate=True)   # warm-up: scratch buffers, sample tables, allocator
         run_alternate(dls, kinds, rounds)
     else: run_epoch(dls, kinds, rounds)

@@ -262,7 +262,7 @@ class StatsRecorder:
         if self.exact or not self.sample:   # every value, now: exact moments, and bin 0 counts the NaN/Inf
             self._flush()
             m = moments(x, minmax=False)
-            self._clean.append(torch.stack([m[2], m[3], torch.ones_like(m[2])]).view(1, 3))
+            self._clean.append(torch.stack([m[2], m[3], torch.ones_like(m[2])]).view(1, 3))   # 1: mean and m2, exact
             buf = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
             self._counts.append(_bin_counts(buf, self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
             self._has_raw.append(False)
@@ -277,21 +277,15 @@ class StatsRecorder:
         if len(self._pending) >= self.flush_every: self._flush()
 
     def _flush(self):
-        "Scaled mean, m2 and bin counts of the pending samples, batched: about twenty device ops per `flush_every` batches."
+        "Sums, sums of squares and bin counts of the pending samples, batched: about a dozen device ops per `flush_every` batches."
         p, k, i = self._pending, self.bins + 2, 0
         while i < len(p):
             j = i + 1
             while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
             a = torch.stack(p[i:j])
-            c = torch.nan_to_num(a, nan=0., posinf=0., neginf=0.)
-            lo, hi = torch.aminmax(c, dim=1)
-            s = pow2_scale(torch.maximum(lo.abs(), hi.abs()))[:, None]
-            c.mul_(s)
-            ones = torch.add(_const(1., a.dtype, a.device), a, alpha=0.)   # 1 where finite, NaN elsewhere
-            n_fin = ones.nansum(1, keepdim=True)
-            mean_s = c.sum(1, keepdim=True) / n_fin.clamp(min=1)
-            dev = c.sub_(mean_s).mul_(ones.nan_to_num_(nan=0.))   # deviations of the finite values only: two passes, no cancellation
-            self._clean.append(torch.cat([mean_s, torch.linalg.vecdot(dev, dev)[:, None], s], 1).double())
+            c = a.double() if a.dtype != torch.float64 else a.clone()      # float64: the square of any float32 fits
+            c.nan_to_num_(nan=0., posinf=0., neginf=0.)
+            self._clean.append(torch.stack([c.sum(1), torch.linalg.vecdot(c, c), torch.zeros_like(c[:, 0])], 1))
             idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
             self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
             i = j
@@ -301,14 +295,15 @@ class StatsRecorder:
     def _finish(self):
         "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms, the mask of estimated batches, and the error bounds of mean and variance."
         self._flush()
-        clean = torch.cat(self._clean).cpu().double()     # per batch: mean and m2 of the binned values times s, and s
+        clean = torch.cat(self._clean).cpu().double()     # per batch: sum and sum of squares of the finite values binned (0), or their mean and m2 (1)
         counts = torch.cat(self._counts).cpu().double()
         numel = torch.tensor(self._numels, dtype=torch.float64)
         has_raw = torch.tensor(self._has_raw)
         drawn = torch.where(has_raw, numel.clamp(max=self.sample or 1), numel)   # values binned per batch
         k_fin = drawn - counts[:, 0]                                               # finite values binned (bin 0: NaN/Inf)
-        s = clean[:, 2]
-        mean_b, m2_b = clean[:, 0] / s, clean[:, 1] / s / s
+        sums = clean[:, 2] == 0
+        mean_b = torch.where(sums, clean[:, 0] / k_fin.clamp(min=1), clean[:, 0])
+        m2_b = torch.where(sums, (clean[:, 1] - clean[:, 0]*mean_b).clamp(min=0), clean[:, 1])
         var_b = m2_b / (k_fin - 1).clamp(min=1)
         n, mean, m2 = k_fin.clone(), mean_b.clone(), m2_b.clone()      # batches binned whole: exact
         estimated = torch.zeros(len(numel), dtype=torch.bool)
