@@ -267,7 +267,7 @@ class StatsRecorder:
             self._counts.append(_bin_counts(buf, self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
             self._has_raw.append(False)
         elif n > self.sample:   # raw sums (exact when every value is finite), the exact finite count, and a sample
-            self._raw += (x.sum(), torch.dot(x, x))
+            self._raw += (x.nansum(), torch.dot(x, x))   # nansum: the same as sum when all is finite, and faster
             self._fin.append(count_finite(x)); self._dtypes.append(x.dtype)
             self._pending.append(_sample(x, self.sample, self._rng))
             self._has_raw.append(True)
@@ -283,9 +283,10 @@ class StatsRecorder:
             j = i + 1
             while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
             a = torch.stack(p[i:j])
-            c = a.double() if a.dtype != torch.float64 else a.clone()      # float64: the square of any float32 fits
-            c.nan_to_num_(nan=0., posinf=0., neginf=0.)
-            self._clean.append(torch.stack([c.sum(1), torch.linalg.vecdot(c, c), torch.zeros_like(c[:, 0])], 1))
+            # float64, where the square of any float32 fits, in a scratch buffer (a fresh 2 MB tensor per flush costs page faults)
+            c = _scratch(a.numel(), torch.float64, a.device, 5).view(a.shape).copy_(a).nan_to_num_(nan=0., posinf=0., neginf=0.)
+            total = c.sum(1)
+            self._clean.append(torch.stack([total, c.mul_(c).sum(1), torch.zeros_like(total)], 1))
             idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
             self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
             i = j
