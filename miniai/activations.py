@@ -405,11 +405,12 @@ class HooksCallback(Callback):
         super().__init__()
         self.hooks = Hooks([], None)
 
-    def before_fit(self):
+    def before_fit(self, learn=None):
+        model = (self.learn if learn is None else learn).model
         if self.mods is not None: mods = list(self.mods)
-        else: mods = [m for m in self.learn.model.modules() if (self.mod_filter or default_mod_filter)(m)]
+        else: mods = [m for m in model.modules() if (self.mod_filter or default_mod_filter)(m)]
         if not mods: warnings.warn("HooksCallback: no module matched mod_filter; nothing will be recorded")
-        names = {m: n for n, m in self.learn.model.named_modules()}
+        names = {m: n for n, m in model.named_modules()}
         for m in mods:
             if not getattr(m, '_hook_name', None) and m in names: m._hook_name = names[m] or type(m).__name__
         self.hooks = Hooks(mods, self._hookfunc)
@@ -420,9 +421,9 @@ class HooksCallback(Callback):
         if training is None: return
         if (self.on_train and training) or (self.on_valid and not training): self.hookfunc(*args, **kwargs)
 
-    def before_batch(self): self._training = self.learn.model.training
-    def after_batch(self): self._training = None
-    def cleanup_fit(self):
+    def before_batch(self, learn=None): self._training = (self.learn if learn is None else learn).model.training
+    def after_batch(self, learn=None): self._training = None
+    def cleanup_fit(self, learn=None):
         self.hooks.remove()
         self.learn = None      # so that keeping this callback does not keep the model alive
     def __iter__(self): return iter(self.hooks)
@@ -473,8 +474,8 @@ class ActivationStats(HooksCallback):
         self.every, self.grads = every, grads
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact)
 
-    def before_fit(self):
-        super().before_fit()
+    def before_fit(self, learn=None):
+        super().before_fit(learn)
         for i, h in enumerate(self.hooks):
             h.every, h.counter, h.grads, h.recorders, h.skipped = self.every, 0, self.grads, {}, {}
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
@@ -492,19 +493,19 @@ class ActivationStats(HooksCallback):
         for ax, h in zip(axes.flat, hooks): ax.set_title(h.name, fontsize=10)
         for ax in list(axes.flat)[len(hooks):]: ax.set_axis_off()
         if note: fig.suptitle(note, fontsize=9)
+        self.fig = fig
 
     def color_dim(self, figsize=(11, 5)):
-        "One image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
+        "Draw (and keep as `self.fig`) one image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
         hooks, note = self._plotted()
         fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
         for ax, h in zip(axes.flat, hooks):
             show_image(get_hist(h), ax, origin='lower', noframe=False, aspect='auto')
             ax.set_xlabel('batch'); ax.set_ylabel('|activation| bin')
         self._finish_fig(fig, axes, hooks, note)
-        return fig
 
     def dead_chart(self, figsize=(11, 5)):
-        "One plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
+        "Draw (and keep as `self.fig`) one plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
         hooks, note = self._plotted()
         fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
         edge = self.rec_kwargs['hi'] / self.rec_kwargs['bins']
@@ -512,10 +513,9 @@ class ActivationStats(HooksCallback):
             ax.plot(get_min(h)); ax.set_ylim(0, 1)
             ax.set_xlabel('batch'); ax.set_ylabel(f'fraction |x| < {edge:g}')
         self._finish_fig(fig, axes, hooks, note)
-        return fig
 
     def plot_stats(self, figsize=(10, 4), grads=None):
-        "Means and standard deviations per batch for every layer (and of their gradients when recorded)."
+        "Draw (and keep as `self.fig`) means and standard deviations per batch for every layer (and of their gradients when recorded)."
         grads = self.grads if grads is None else grads
         rows = 2 if grads else 1
         hooks, note = self._plotted()
@@ -530,7 +530,7 @@ class ActivationStats(HooksCallback):
         for ax, t in zip(axs.flat, titles):
             ax.set_title(t); ax.set_xlabel('batch')
         axs[0, 1].legend(fontsize=8)
-        return fig
+        self.fig = fig
 
 # %% ../nbs/10_activations.ipynb #c7134239
 @fc.patch

@@ -127,8 +127,8 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
     secs = time.perf_counter() - t0
     accuracy = float(metrics.log_hist[-1]['accuracy'])
     for name in ('color_dim', 'dead_chart', 'plot_stats'):
-        fig = getattr(astats, name)()
-        fig.savefig(out/f'{name}.png', dpi=100); plt.close(fig)
+        getattr(astats, name)()   # draws the figure, kept as `astats.fig` (the methods return nothing, as in the course)
+        astats.fig.savefig(out/f'{name}.png', dpi=100); plt.close(astats.fig)
     rows = astats.diagnose()
     for r in rows:   # a layer that saw no batch: its NaNs mean "not recorded"
         if 'not recorded' in r['flags']: r['null_reasons'] = {k: 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)}

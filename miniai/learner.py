@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/learner.html.md"""
 
 # %% ../nbs/09_learner.ipynb #d8956ee6
 from __future__ import annotations
-import math, random, traceback, warnings
+import inspect, math, random, traceback, warnings
 from copy import copy
 from functools import partial
 from operator import attrgetter
@@ -60,17 +60,48 @@ class CancelFitException(Exception): "Raise in a callback to stop fitting (the c
 class CancelBatchException(Exception): "Raise in a callback to skip the rest of this batch."
 class CancelEpochException(Exception): "Raise in a callback to skip the rest of this epoch."
 
+class _FromLearner:
+    "A callback attribute read from its learner (`cb.model` is `cb.learn.model`) unless the callback set its own."
+    def __init__(self, name): self.name = name
+    def __get__(self, cb, owner=None):
+        if cb is None: return self
+        learn = cb.learn
+        if learn is None: raise AttributeError(f"{type(cb).__name__} has no learner yet, so no `{self.name}`: fit gives it one")
+        return getattr(learn, self.name)
+
 class Callback():
-    "Base class for callbacks; callbacks run in increasing `order`."
+    "Base class for callbacks; callbacks run in increasing `order`. Learner attributes such as `self.model` are read from `self.learn`."
     order = 0
+    learn = None
+    _fwd = ('model', 'opt', 'batch', 'preds', 'loss', 'loss_func', 'epoch', 'epochs', 'n_epochs', 'iter', 'dl', 'dls', 'lr', 'training')
+
+for _name in Callback._fwd: setattr(Callback, _name, _FromLearner(_name))
+
+def _takes_arg(method):
+    "Whether `method` accepts a positional argument: the course's `before_fit(self, learn)` does, `before_fit(self)` does not."
+    try: params = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError): return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) for p in params)
+
+_takes_learn = {}   # (callback class, method name) -> (the function read, whether it takes the learner)
+
+def _wants_learn(cb, method_nm, method):
+    "Whether `cb`'s `method_nm` takes the learner, read from its signature once per class and method (again if the method changes)."
+    known = _takes_learn.get((type(cb), method_nm))
+    func = getattr(method, '__func__', method)
+    if known is None or known[0] is not func: known = _takes_learn[(type(cb), method_nm)] = (func, _takes_arg(method))
+    return known[1]
 
 def run_cbs(cbs, method_nm, learn=None):
-    "Call `method_nm` on every callback in `cbs` that has it, sorted by `order`, first setting `cb.learn` to `learn`."
+    "Call `method_nm` on every callback in `cbs` that has it, sorted by `order`, setting `cb.learn` and passing `learn` to methods that take it."
     for cb in sorted(cbs, key=attrgetter('order')):
         method = getattr(cb, method_nm, None)
-        if method is not None:
-            if learn is not None: cb.learn = learn
-            method()
+        if method is None: continue
+        if learn is not None: cb.learn = learn
+        known = _takes_learn.get((type(cb), method_nm))   # `_wants_learn`'s cache hit, inlined: this runs a dozen times a batch
+        takes = known[1] if known is not None and known[0] is getattr(method, '__func__', method) else _wants_learn(cb, method_nm, method)
+        if takes: method(learn)
+        else: method()
 
 # %% ../nbs/09_learner.ipynb #c1ea0002
 def _add_note(e, note):
@@ -89,7 +120,9 @@ def run_cleanup_cbs(cbs, method_nm, learn=None, error=None):
         method = getattr(cb, method_nm, None)
         if method is None: continue
         if learn is not None: cb.learn = learn
-        try: method()
+        try:
+            if _wants_learn(cb, method_nm, method): method(learn)
+            else: method()
         except BaseException as e: failed.append((cb, e))
     if not failed: return
     first = failed[0][1] if error is None else error
@@ -182,18 +215,25 @@ class Learner():
 class TrainCB(Callback):
     "The training steps for a model taking `n_inp` inputs from each batch."
     def __init__(self, n_inp=1): self.n_inp = n_inp
-    def predict(self): self.learn.preds = self.learn.model(*self.learn.batch[:self.n_inp])
-    def get_loss(self): self.learn.loss = self.learn.loss_func(self.learn.preds, *self.learn.batch[self.n_inp:])
-    def backward(self): self.learn.loss.backward()
-    def step(self): self.learn.opt.step()
-    def zero_grad(self): self.learn.opt.zero_grad()
+    def predict(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.preds = learn.model(*learn.batch[:self.n_inp])
+    def get_loss(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.loss = learn.loss_func(learn.preds, *learn.batch[self.n_inp:])
+    def backward(self, learn=None): (self.learn if learn is None else learn).loss.backward()
+    def step(self, learn=None): (self.learn if learn is None else learn).opt.step()
+    def zero_grad(self, learn=None): (self.learn if learn is None else learn).opt.zero_grad()
 
 class DeviceCB(Callback):
     "Move the model to `device` before fit and each batch before it is used."
     def __init__(self, device=def_device): fc.store_attr()
-    def before_fit(self):
-        if hasattr(self.learn.model, 'to'): self.learn.model.to(self.device)
-    def before_batch(self): self.learn.batch = to_device(self.learn.batch, device=self.device)
+    def before_fit(self, learn=None):
+        learn = self.learn if learn is None else learn
+        if hasattr(learn.model, 'to'): learn.model.to(self.device)
+    def before_batch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.batch = to_device(learn.batch, device=self.device)
 
 # %% ../nbs/09_learner.ipynb #15b79436
 class MetricsCB(Callback):
@@ -206,33 +246,37 @@ class MetricsCB(Callback):
         self.log_hist = []
 
     def _log(self, d): print(d)
-    def before_fit(self):
-        self.learn.metrics = self
-        self.device = next(iter(self.learn.model.parameters()), torch.empty(0)).device
+    def before_fit(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.metrics = self
+        self.device = next(iter(learn.model.parameters()), torch.empty(0)).device
         for m in self.all_metrics.values(): m.to(self.device)
-    def before_epoch(self): [o.reset() for o in self.all_metrics.values()]
-    def after_epoch(self):
+    def before_epoch(self, learn=None): [o.reset() for o in self.all_metrics.values()]
+    def after_epoch(self, learn=None):
+        learn = self.learn if learn is None else learn
         log = {k: f'{v.compute():.3f}' for k,v in self.all_metrics.items()}
-        log['epoch'] = self.learn.epoch
-        log['train'] = 'train' if self.learn.model.training else 'eval'
+        log['epoch'] = learn.epoch
+        log['train'] = 'train' if learn.model.training else 'eval'
         self.log_hist.append(log)
         self._log(log)
 
-    def after_batch(self):
-        x, y, *_ = self.learn.batch
-        preds = self.learn.preds.detach()
+    def after_batch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        x, y, *_ = learn.batch
+        preds = learn.preds.detach()
         for m in self.metrics.values(): m.update(preds, y)
-        self.loss.update(self.learn.loss.detach(), weight=len(x))
+        self.loss.update(learn.loss.detach(), weight=len(x))
 
 # %% ../nbs/09_learner.ipynb #3aa28f41
 class ProgressCB(Callback):
     "Progress bars over epochs and batches (fastprogress); `plot=True` draws the training loss live."
     order = MetricsCB.order + 1
     def __init__(self, plot=False): self.plot = plot
-    def before_fit(self):
-        self.learn.epochs = self.mbar = master_bar(self.learn.epochs)
+    def before_fit(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.epochs = self.mbar = master_bar(learn.epochs)
         self.first = True
-        if hasattr(self.learn, 'metrics'): self.learn.metrics._log = self._log
+        if hasattr(learn, 'metrics'): learn.metrics._log = self._log
         self.losses, self.val_losses = [], []
 
     def _log(self, d):
@@ -241,19 +285,23 @@ class ProgressCB(Callback):
             self.first = False
         self.mbar.write([str(v) for v in d.values()], table=True)
 
-    def before_epoch(self): self.learn.dl = progress_bar(self.learn.dl, leave=False, parent=self.mbar)
-    def after_batch(self):
-        loss = self.learn.loss.item()   # the one host sync per batch
-        self.learn.dl.comment = f'{loss:.3f}'
-        if self.plot and hasattr(self.learn, 'metrics') and self.learn.training:
+    def before_epoch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        learn.dl = progress_bar(learn.dl, leave=False, parent=self.mbar)
+    def _val_xs(self, learn, n): return fc.L.range(n).map(lambda x: (x+1)*len(learn.dls.train))
+    def after_batch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        loss = learn.loss.item()   # the one host sync per batch
+        learn.dl.comment = f'{loss:.3f}'
+        if self.plot and hasattr(learn, 'metrics') and learn.training:
             self.losses.append(loss)
-            if self.val_losses: self.mbar.update_graph([[fc.L.range(self.losses), self.losses],
-                [fc.L.range(self.learn.epoch).map(lambda x: (x+1)*len(self.learn.dls.train)), self.val_losses]])
-    def after_epoch(self):
-        if not self.learn.training and self.plot and hasattr(self.learn, 'metrics'):
-            self.val_losses.append(self.learn.metrics.all_metrics['loss'].compute().item())
-            self.mbar.update_graph([[fc.L.range(self.losses), self.losses],
-                [fc.L.range(self.learn.epoch+1).map(lambda x: (x+1)*len(self.learn.dls.train)), self.val_losses]])
+            if self.val_losses:
+                self.mbar.update_graph([[fc.L.range(self.losses), self.losses], [self._val_xs(learn, learn.epoch), self.val_losses]])
+    def after_epoch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        if not learn.training and self.plot and hasattr(learn, 'metrics'):
+            self.val_losses.append(learn.metrics.all_metrics['loss'].compute().item())
+            self.mbar.update_graph([[fc.L.range(self.losses), self.losses], [self._val_xs(learn, learn.epoch+1), self.val_losses]])
 
 # %% ../nbs/09_learner.ipynb #8fec02cf
 def baseline_conv(ni, nf, ks=3, act=True):
@@ -279,7 +327,7 @@ def baseline_cnn():
 class SingleBatchCB(Callback):
     "Stop fitting after the first batch."
     order = 1
-    def after_batch(self): raise CancelFitException()
+    def after_batch(self, learn=None): raise CancelFitException()
 
 # %% ../nbs/09_learner.ipynb #adcfd672
 class TrainLearner(Learner):
@@ -306,28 +354,29 @@ class LRFinderCB(Callback):
     "Grow the learning rate by `gamma` each batch, recording losses, until the loss exceeds `max_mult` times its minimum."
     def __init__(self, gamma=1.3, max_mult=3): fc.store_attr()
 
-    def before_fit(self):
-        self.sched = ExponentialLR(self.learn.opt, self.gamma)
+    def before_fit(self, learn=None):
+        learn = self.learn if learn is None else learn
+        self.sched = ExponentialLR(learn.opt, self.gamma)
         self.lrs, self.losses = [], []
         self.min = math.inf
 
-    def after_batch(self):
-        if not self.learn.training: raise CancelEpochException()
-        self.lrs.append(self.learn.opt.param_groups[0]['lr'])
-        loss = to_cpu(self.learn.loss)
+    def after_batch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        if not learn.training: raise CancelEpochException()
+        self.lrs.append(learn.opt.param_groups[0]['lr'])
+        loss = to_cpu(learn.loss)
         self.losses.append(loss)
         if loss < self.min: self.min = loss
         if math.isnan(loss) or (loss > self.min*self.max_mult): raise CancelFitException()
         self.sched.step()
 
-    def cleanup_fit(self):
-        if not self.losses: return
+    def cleanup_fit(self, learn=None):
+        if not getattr(self, 'losses', None): return
         plt.plot(self.lrs, self.losses)
         plt.xscale('log'); plt.xlabel('learning rate'); plt.ylabel('loss')
 
 @fc.patch
 def lr_find(self:Learner, gamma=1.3, max_mult=3, start_lr=1e-5, max_epochs=10):
-    "Plot loss against a growing learning rate, starting at `start_lr`; returns the `LRFinderCB` with `lrs` and `losses`."
-    cb = LRFinderCB(gamma=gamma, max_mult=max_mult)
-    self.fit(max_epochs, lr=start_lr, cbs=cb)
-    return cb
+    "Plot loss against a growing learning rate, starting at `start_lr`; the `LRFinderCB` (`lrs`, `losses`) is kept as `self.lr_finder`."
+    self.lr_finder = LRFinderCB(gamma=gamma, max_mult=max_mult)
+    self.fit(max_epochs, lr=start_lr, cbs=self.lr_finder)
