@@ -19,7 +19,7 @@ from .datasets import *
 from .learner import *
 from .activations import *
 from .dumps import atomic_write
-from .init import variant_names, make_variant
+from .init import variant_names, make_variant, variant_defaults
 
 # %% auto #0
 __all__ = ['epochs_count', 'batch_size', 'seed_value', 'model_names', 'build_variant', 'BadArgument', 'learning_rate',
@@ -103,13 +103,14 @@ def _checked(name, check, v):
     try: return check(v)
     except BadArgument as e: raise BadArgument(f'{name} {e}') from None
 
-def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=1024, seed=1, exact=False, progress=True):
+def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=None, seed=1, exact=False, progress=True):
     "Train lesson model `model` with ActivationStats, write plots and summary.json to `out`, return the summary (NaN where the file has null)."
     import matplotlib.pyplot as plt
     from torcheval.metrics import MulticlassAccuracy
     if model not in model_names(): raise BadArgument(f"model: unknown model {model!r}; choose one of {', '.join(model_names())}")
     if epochs is not None: epochs = _checked('epochs', epochs_count, epochs)
     if lr is not None: lr = _checked('lr', learning_rate, lr)
+    if bs is None: bs = variant_defaults(model)['bs'] if model in variant_names else 1024   # the model's own recipe
     bs, seed = _checked('bs', batch_size, bs), _checked('seed', seed_value, seed)
     out = _checked('out', writable_dir, out)
     dls = fashion_dls(bs)
@@ -151,7 +152,7 @@ def main(argv=None):
     p.add_argument('--epochs', type=epochs_count, default=None, help="epochs to train, at least 1 (default: the model's own, 1 for the baseline)")
     p.add_argument('--lr', type=learning_rate, default=None, help="learning rate, finite and above 0 (default: the model's own, 0.6 for the baseline)")
     p.add_argument('--out', default='miniai-diagnosis', help='folder for the plots and summary.json, made if needed (default: ./miniai-diagnosis)')
-    p.add_argument('--bs', type=batch_size, default=1024, help='batch size, at least 1 (default: 1024)')
+    p.add_argument('--bs', type=batch_size, default=None, help="batch size, at least 1 (default: the model's own, 1024; 256 for batchnorm)")
     p.add_argument('--seed', type=seed_value, default=1, help='random seed, 0 to 2**32-1 (default: 1)')
     p.add_argument('--exact', action='store_true', help='exact histograms instead of a 16K random sample per layer and batch')
     args = p.parse_args(argv)
