@@ -98,11 +98,14 @@ def _finite_ones(x):
     "1 where flat float `x` is finite, NaN where it is NaN or ±Inf (`1 + 0*x`: 0*Inf is NaN), in a scratch buffer."
     return torch.add(_const(1., x.dtype, x.device), x, alpha=0., out=_scratch(x.numel(), x.dtype, x.device, 4))
 
+def _sum_ones(buf):
+    "The number of ones in `_finite_ones`' output `buf`: `nansum`, in chunks short enough to stay exact."
+    if buf.numel() <= _COUNT_CHUNK: return buf.nansum()
+    return torch.stack([c.nansum() for c in buf.split(_COUNT_CHUNK)]).double().sum()
+
 def count_finite(x):
     "The number of finite values of flat float `x`, exact, as a 0-dim tensor on its device (no host sync)."
-    buf = _finite_ones(x)   # nansum adds the ones
-    if x.numel() <= _COUNT_CHUNK: return buf.nansum()
-    return torch.stack([c.nansum() for c in buf.split(_COUNT_CHUNK)]).double().sum()
+    return _sum_ones(_finite_ones(x))
 
 _MAX_SHIFT = {torch.float32: 100, torch.float64: 1000}
 
@@ -125,7 +128,7 @@ def moments(x, precise=False, minmax=True):
     if x is None: raise TypeError("moments needs a non-empty floating point tensor")
     numel = x.numel()
     ones = _finite_ones(x)
-    n = (ones.nansum() if numel <= _COUNT_CHUNK else torch.stack([c.nansum() for c in ones.split(_COUNT_CHUNK)]).double().sum()).double()
+    n = _sum_ones(ones).double()
     buf = _scratch(numel, x.dtype, x.device, 1)
     if minmax:   # of the finite values: NaN/Inf pushed to the far end first
         mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf, out=buf).min()
@@ -545,7 +548,7 @@ def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., de
                              flags=['not recorded'] + [f'skipped {k}: {r}' for k, r in getattr(h, 'skipped', {}).items()]))
             continue
         k = max(1, int(round(len(rec) * tail)))
-        hists, n = rec.hists[-k:], rec.moms[-k:, 0]
+        hists = rec.hists[-k:]
         total = hists.sum(1)
         has = total > 0                       # batches with finite values
         err = rec.errors

@@ -29,13 +29,7 @@ import miniai.learner
 N_TRAIN, N_VALID = 3, 1
 
 
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    "Two threads on a loaded 2-core machine make these tiny models' forward passes much slower; restored afterwards."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
 
 
 @pytest.fixture(autouse=True)

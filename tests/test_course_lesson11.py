@@ -32,13 +32,7 @@ def few(dls, n_train=N_TRAIN, n_valid=N_VALID):
     return DataLoaders(list(itertools.islice(dls.train, n_train)), list(itertools.islice(dls.valid, n_valid)))
 
 
-@pytest.fixture(scope='module', autouse=True)
-def _one_thread():
-    "Two threads on a loaded 2-core machine make these tiny models' forward passes 50x slower; restored afterwards."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
 
 @pytest.fixture(scope='module')
 def dls1024(): return few(fashion_dls(1024))
