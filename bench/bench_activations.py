@@ -34,7 +34,8 @@ import torch, torch.nn.functional as F, fastcore.all as fc
 from torch import nn
 from miniai.datasets import fashion_dls
 from miniai.learner import Learner, Callback, TrainCB, baseline_cnn, set_seed, to_cpu
-from miniai.activations import ActivationStats, HooksCallback, moments
+from miniai.activations import ActivationStats, HooksCallback
+from miniai.kernel import moments
 
 def course_stats(hook, mod, inp, outp):
     if not hasattr(hook, 'stats'): hook.stats = ([], [], [])
@@ -89,7 +90,7 @@ def _previous_recorder_class():
     return mod.StatsRecorder
 
 def run_kernel(dls, rounds, reps=20):
-    from miniai.activations import StatsRecorder, _as_float, _sample
+    from miniai.kernel import StatsRecorder, _as_float, _sample
     import random as _random
     set_seed(1)
     model = baseline_cnn()

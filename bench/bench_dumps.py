@@ -7,6 +7,7 @@
    file once with `np.load`; peak memory of the comparison measured in a fresh process.
 
 Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 30] [--bs 256] [--repeats 7] [--threads N] [--compare-mb 1024]
+       [--compare-dtype float32|float64]
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -96,23 +97,23 @@ def bench_saving(args, tmp, limits=(-1, -1)):
           f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
     print(f"{'':30}{'wall s':>9}{'added':>9}{'in hooks':>10}{'CPU s (all threads)':>21}")
     print(f"{'no hooks':30}{base:9.3f}{'':9}{'':10}{base_cpu:21.3f}")
-    print(f"{'seed-style (np.save in hook)':30}{best['seed'][0]:9.3f}{added_seed:+9.3f}{best['seed'][3]:10.3f}{best['seed'][2]:21.3f}")
+    print(f"{'np.save in the hook':30}{best['seed'][0]:9.3f}{added_seed:+9.3f}{best['seed'][3]:10.3f}{best['seed'][2]:21.3f}")
     print(f"{'miniai, training loop':30}{best['miniai'][0]:9.3f}{added_loop:+9.3f}{best['miniai'][3]:10.3f}")
     print(f"{'miniai, loop + final flush':30}{best['miniai'][1]:9.3f}{added_all:+9.3f}{'':10}{best['miniai'][2]:21.3f}")
     print(f"added wall time, seed / miniai: {added_seed/max(added_loop, 1e-9):.1f}x (training loop), "
           f"{added_seed/max(added_all, 1e-9):.1f}x (including the final flush); "
           f"time in hooks, seed / miniai: {best['seed'][3]/max(best['miniai'][3], 1e-9):.1f}x")
 
-def write_dumps(root, total_mb, file_mb=16):
+def write_dumps(root, total_mb, file_mb=16, dtype='float32'):
     n_files = max(1, total_mb // (2*file_mb))
-    n = file_mb * 2**20 // 4
+    n = file_mb * 2**20 // np.dtype(dtype).itemsize
     rng = np.random.default_rng(0)
     for run in ('A', 'B'):
         d = root/run/'tensors'/'rank_0'; d.mkdir(parents=True)
     for i in range(n_files):
-        a = rng.standard_normal(n, dtype=np.float32)
+        a = rng.standard_normal(n).astype(dtype)
         np.save(root/'A'/'tensors'/'rank_0'/f'tensor_idx_{i}_layer_class_X_layer_name_l{i}_micro_step_0.npy', a)
-        a += np.float32(1e-3) * rng.standard_normal(n, dtype=np.float32)
+        a += (1e-3 * rng.standard_normal(n)).astype(dtype)
         np.save(root/'B'/'tensors'/'rank_0'/f'tensor_idx_{i}_layer_class_X_layer_name_l{i}_micro_step_0.npy', a)
     return n_files
 
@@ -131,7 +132,7 @@ def compare_only(root):
 
 def bench_compare(args, tmp):
     root = Path(tempfile.mkdtemp(dir=tmp))
-    n_files = write_dumps(root, args.compare_mb)
+    n_files = write_dumps(root, args.compare_mb, dtype=args.compare_dtype)
     total = sum(f.stat().st_size for f in root.rglob('*.npy'))
     files = sorted(root.rglob('*.npy'))
     t0 = time.perf_counter()
@@ -139,7 +140,7 @@ def bench_compare(args, tmp):
     t_read = time.perf_counter() - t0
     out = subprocess.run([sys.executable, __file__, '--compare-only', str(root)], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"## comparing: {2*n_files} files, {total/2**20:.0f} MB in all (float32, page cache warm), {os.cpu_count()} cores")
+    print(f"## comparing: {2*n_files} files, {total/2**20:.0f} MB in all ({args.compare_dtype}, page cache warm), {os.cpu_count()} cores")
     print(f"read every file once (np.load + sum): {t_read:6.2f} s  ({total/2**20/t_read:.0f} MB/s)")
     print(f"compare_dumps (float64 stats):        {r['seconds']:6.2f} s  ({total/2**20/r['seconds']:.0f} MB/s), "
           f"{r['seconds']/t_read:.1f}x the read-once time, {r['rows']} rows")
@@ -153,6 +154,7 @@ if __name__ == '__main__':
     p.add_argument('--bs', type=int, default=256)
     p.add_argument('--repeats', type=int, default=7)
     p.add_argument('--compare-mb', type=int, default=1024)
+    p.add_argument('--compare-dtype', default='float32', choices=['float32', 'float64'])
     p.add_argument('--threads', type=int, default=None, help='torch intra-op threads for the saving bench (default: torch default)')
     p.add_argument('--skip-saving', action='store_true')
     p.add_argument('--limits-only', action='store_true', help='only the run with the default limits')

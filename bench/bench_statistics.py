@@ -1,98 +1,114 @@
-"""Overhead of run-wide activation statistics on one training epoch of the lesson's baseline CNN.
+"""Overhead of run-wide activation statistics (lesson 10a) on one training epoch of the lesson's baseline CNN.
 
-Usage: .venv/bin/python bench/bench_statistics.py [--reps 2] [--batches N]
-Each configuration trains a fresh `baseline_cnn()` for one epoch of `fashion_dls(1024)` (training only); configurations
-are interleaved and repeated, and the best time of each is compared with the run without hooks.
+Every configuration trains a fresh `baseline_cnn()` for one epoch of `fashion_dls(1024)` (59 training batches, plain
+SGD at lr 0.6, no validation), with hooks on the model's five `nn.Conv2d`, recording every batch; the statistics are read
+once at the end (`get_all_statistics()`, or `hook.stats` for ActivationStats) and that read is timed with the epoch.
+Rounds are interleaved: each round runs every configuration once, in a new random order, and each configuration's
+time is divided by the same round's no-hook time; the table gives the median of those ratios and their quartiles.
+
+Usage (repo root):  .venv/bin/python bench/bench_statistics.py --rounds 7
+                    .venv/bin/python bench/bench_statistics.py --micro      # per-tensor costs of the kernel's pieces
 """
-import argparse, time, warnings
+import argparse, json, random, statistics, time, warnings
 import torch, torch.nn.functional as F
 from torch import nn
 from miniai.datasets import fashion_dls
-from miniai.learner import Learner, TrainCB, DeviceCB, Callback, CancelEpochException, baseline_cnn, set_seed
+from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
+from miniai.activations import ActivationStats
 from miniai.statistics import StatisticsConfig, ActivationStatisticsHook
-
-
-class LimitCB(Callback):
-    "Stop the epoch after `n` batches (None: the whole epoch)."
-    def __init__(self, n): self.n = n
-    def after_batch(self):
-        if self.n and self.learn.iter + 1 >= self.n: raise CancelEpochException()
-
-
-def leaf(m): return not any(m.children())
 
 CONFIGS = {
     'no hooks': None,
-    'blocks, outputs, default config (p95/p99 sketch)': (lambda model: list(model)[:5], StatisticsConfig(collect_input=False)),
-    'blocks, outputs, moments only': (lambda model: list(model)[:5], StatisticsConfig(collect_input=False, collect_percentiles=[], max_samples=None)),
-    'all leaves, inputs+outputs, default config': (lambda model: leaf, StatisticsConfig()),
-    'all leaves, inputs+outputs, update_frequency=10': (lambda model: leaf, StatisticsConfig(update_frequency=10)),
+    'ActivationStats (lesson 10)': 'astats',
+    'StatisticsConfig(collect_input=False): mean/std/min/max, p95/p99': StatisticsConfig(collect_input=False),
+    'moments only (collect_percentiles=[], max_samples=None)': StatisticsConfig(collect_input=False, collect_percentiles=[], max_samples=None),
+    'StatisticsConfig() (inputs too)': StatisticsConfig(),
+    'StatisticsConfig(collect_input=False, collect_sparsity=True)': StatisticsConfig(collect_input=False, collect_sparsity=True),
+    'StatisticsConfig(collect_input=False, exact=True): float64, every value': StatisticsConfig(collect_input=False, exact=True),
 }
 
 
-def run_epoch(dls, spec, n_batches):
+def run_epoch(dls, spec):
+    "Seconds for one training epoch with `spec`'s hooks, including one read of the statistics at the end."
     set_seed(1)
     model = baseline_cnn()
-    learn = Learner(model, dls, loss_func=F.cross_entropy, lr=0.6, cbs=[TrainCB(), DeviceCB(), LimitCB(n_batches)])
-    hook = None
-    if spec is not None:
-        pick, cfg = spec
-        sel = pick(model)
-        hook = ActivationStatisticsHook(cfg)
-        names = {m: n for n, m in model.named_modules()}
-        handles = hook.attach(model, filter=[names[m] for m in sel] if isinstance(sel, list) else sel)
+    cbs = [TrainCB()]
+    if spec == 'astats': cbs.append(astats := ActivationStats(nn.Conv2d))
+    learn = Learner(model, dls, loss_func=F.cross_entropy, lr=0.6, cbs=cbs)
+    hooks = None
+    if isinstance(spec, StatisticsConfig):
+        hook = ActivationStatisticsHook(spec)
+        hooks = hook.attach(model, filter=nn.Conv2d)
     t0 = time.perf_counter()
     learn.fit(1, valid=False)
-    if hook is not None: hook.get_all_statistics()       # include the one read at the end
+    if isinstance(spec, StatisticsConfig): hook.get_all_statistics()
+    elif spec == 'astats':
+        for h in astats.hooks: h.stats
     dt = time.perf_counter() - t0
-    if hook is not None: handles.remove()
+    if hooks is not None: hooks.remove()
     return dt
 
 
+def quartiles(v): q = statistics.quantiles(v, n=4); return q[0], q[2]
+
+
+def main_epochs(rounds, names):
+    dls = fashion_dls(1024)
+    for k in names: run_epoch(dls, CONFIGS[k])      # warm-up: scratch buffers, sample tables, allocator
+    times, rng = {k: [] for k in names}, random.Random(0)
+    for r in range(rounds):
+        order = names[:]; rng.shuffle(order)
+        for k in order: times[k].append(run_epoch(dls, CONFIGS[k]))
+        print(f'round {r}: ' + ', '.join(f'{times[k][-1]:.2f}' for k in names), flush=True)
+    ratios = {k: [t / n for t, n in zip(times[k], times['no hooks'])] for k in names}
+    print(f'\ntorch {torch.__version__}, {torch.get_num_threads()} threads, {len(dls.train)} training batches per epoch, '
+          f'{rounds} interleaved rounds')
+    print('| configuration (hooks on the five convolutions) | median epoch (s) | vs no hooks (median ratio) | quartiles |')
+    print('|---|---|---|---|')
+    for k in names:
+        lo, hi = quartiles(ratios[k]) if rounds > 1 else (ratios[k][0],) * 2
+        print(f'| {k} | {statistics.median(times[k]):.2f} | {statistics.median(ratios[k]):.3f}x | {lo:.3f}-{hi:.3f} |')
+    print(json.dumps({k: [round(t, 3) for t in v] for k, v in times.items()}))
+
+
 def micro(reps=15):
-    "Cost of one recorded tensor (the first block's output, 1.6M values) in units of one `x.clone()`: median of `reps`."
-    from miniai.activations import moments
-    from miniai.statistics import QuantileSketch, StatisticsCollector
-    full = StatisticsCollector(StatisticsConfig(collect_input=False))
-    mom_only = StatisticsCollector(StatisticsConfig(collect_input=False, collect_percentiles=[], max_samples=None))
-    cases = {'x.clone() (one read + one write)': lambda: x.clone(),
-             'moments(x, precise=True)': lambda: moments(x, precise=True),
-             'QuantileSketch.batch_counts(x)': lambda: QuantileSketch.batch_counts(x),
-             'update_statistics, moments only': lambda: mom_only.update_statistics('a', None, x),
-             'update_statistics, default config': lambda: full.update_statistics('a', None, x)}
-    print(f'torch threads: {torch.get_num_threads()}')
+    "Cost of the kernel's pieces on one tensor (the first convolution's output, 1.6M float32 values), in ms."
+    from miniai.kernel import moments, count_finite, _raw_batch, _rng, QuantileSketch, RunningStats
+    cases = {'x.clone() (one read + one write)': lambda x: x.clone(),
+             'x.sum()': lambda x: x.sum(), 'torch.dot(x, x)': lambda x: torch.dot(x, x),
+             'torch.aminmax(x)': lambda x: torch.aminmax(x), 'count_finite(x)': count_finite,
+             'hot path (_raw_batch: the above + a 16K sample)': lambda x: _raw_batch(x, 16384, _rng),
+             'RunningStats.record (amortised flush of 16)': None,
+             'moments(x, precise=True) (exact=True)': lambda x: moments(x, precise=True),
+             'QuantileSketch.batch_counts(x) (exact=True)': lambda x: QuantileSketch.batch_counts(x)}
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(1024 * 8 * 14 * 14, generator=g) for _ in range(16)]
     times = {k: [] for k in cases}
     for _ in range(reps):
         for k, f in cases.items():
-            x = torch.randn(1024, 8, 14, 14).relu()      # a new tensor each time (the collector reuses a tensor's batch statistics)
-            t0 = time.perf_counter(); f(); times[k].append(time.perf_counter() - t0)
-    med = {k: sorted(v)[len(v)//2] for k, v in times.items()}
-    base = med['x.clone() (one read + one write)']
-    print('| per recorded tensor (1,605,632 float32) | median ms | in clones |\n|---|---|---|')
-    for k, v in med.items(): print(f'| {k} | {v*1000:.1f} | {v/base:.1f} |')
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument('--reps', type=int, default=2)
-    p.add_argument('--batches', type=int, default=None, help='batches per epoch (default: the whole epoch)')
-    p.add_argument('--micro', action='store_true', help='only the per-tensor cost table')
-    args = p.parse_args()
-    if args.micro: return micro()
-    dls = fashion_dls(1024)
-    run_epoch(dls, None, 3)                              # warm up
-    times = {k: [] for k in CONFIGS}
-    for r in range(args.reps):
-        for name, spec in CONFIGS.items():
-            times[name].append(run_epoch(dls, spec, args.batches))
-            print(f'rep {r} {name}: {times[name][-1]:.2f}s', flush=True)
-    base = min(times['no hooks'])
-    print(f'\ntorch {torch.__version__}, {torch.get_num_threads()} threads, batches per epoch: {args.batches or len(dls.train)}')
-    print('| configuration | best epoch time (s) | vs no hooks |\n|---|---|---|')
-    for name, ts in times.items(): print(f'| {name} | {min(ts):.2f} | {min(ts)/base:.2f}x |')
+            if f is None:
+                rs = RunningStats()
+                t0 = time.perf_counter()
+                for x in xs: rs.record(x)
+                rs.flush()
+                times[k].append((time.perf_counter() - t0) / len(xs))
+            else:
+                t0 = time.perf_counter()
+                for x in xs: f(x)
+                times[k].append((time.perf_counter() - t0) / len(xs))
+    print(f'torch threads: {torch.get_num_threads()}')
+    print('| per tensor (1,605,632 float32) | median ms |\n|---|---|')
+    for k, v in times.items(): print(f'| {k} | {statistics.median(v)*1000:.3f} |')
 
 
 if __name__ == '__main__':
+    p = argparse.ArgumentParser()
+    p.add_argument('--rounds', type=int, default=7)
+    p.add_argument('--micro', action='store_true', help='only the per-tensor cost table')
+    p.add_argument('--configs', default=None, help='comma-separated indices into CONFIGS (default: all); 0 is always run')
+    args = p.parse_args()
+    names = list(CONFIGS)
+    if args.configs: names = [names[0]] + [names[int(i)] for i in args.configs.split(',') if int(i)]
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        main()
+        micro() if args.micro else main_epochs(args.rounds, names)

@@ -14,424 +14,18 @@ import numpy as np, torch, matplotlib as mpl, matplotlib.pyplot as plt
 import fastcore.all as fc
 from torch import nn
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from .datasets import *
 from .learner import *
+from .kernel import *
+from .hooks import *
 
 # %% auto #0
-__all__ = ['Hook', 'Hooks', 'count_finite', 'pow2_scale', 'moments', 'merge_moments', 'moments_dict', 'count_syncs', 'abs_hist',
-           'StatsRecorder', 'tensor_items', 'skip_reason', 'default_mod_filter', 'HooksCallback', 'append_stats',
-           'main_recorder', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis']
+__all__ = ['RecordedStats', 'main_recorder', 'append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose',
+           'format_diagnosis', 'Hook', 'Hooks', 'HooksCallback']
 
-# %% ../nbs/10_activations.ipynb #b217c4f8
-class Hook():
-    "A forward hook on `m` that calls `f(hook, module, input, output)`; remove it with `remove()` or a `with` block."
-    def __init__(self, m, f, **kwargs):
-        self.hook = m.register_forward_hook(partial(f, self), **kwargs)
-        self.name = getattr(m, '_hook_name', None) or type(m).__name__
-    def remove(self):
-        if self.hook is not None:
-            self.hook.remove()
-            self.hook = None
-    @property
-    def removed(self): return self.hook is None
-    def __enter__(self): return self
-    def __exit__(self, *args): self.remove()
-    def __del__(self): self.remove()
-    def __repr__(self): return f"{type(self).__name__}({self.name}{', removed' if self.removed else ''})"
-
-    @property
-    def stats(self):
-        "What the hook function stored as `stats`, else the `(means, stds, histograms)` of its first recorded output."
-        if '_stats' in self.__dict__: return self._stats
-        main = next((r for k, r in getattr(self, 'recorders', {}).items() if not k.startswith('grad.')), None)
-        if main is None: raise AttributeError('stats')   # so the course's `hasattr(hook, 'stats')` works
-        return main.stats
-    @stats.setter
-    def stats(self, v): self._stats = v
-
-# %% ../nbs/10_activations.ipynb #2626eb99
-class Hooks(list):
-    "A list of `Hook`s, one per module in `ms`, calling `f`; a context manager that removes them all on exit."
-    def __init__(self, ms, f, **kwargs): super().__init__([Hook(m, f, **kwargs) for m in ms])
-    def __enter__(self, *args): return self
-    def __exit__ (self, *args): self.remove()
-    def __del__(self): self.remove()
-    def __delitem__(self, i):
-        for h in (self[i] if isinstance(i, slice) else [self[i]]): h.remove()
-        super().__delitem__(i)
-    def remove(self):
-        for h in self: h.remove()
-
-# %% ../nbs/10_activations.ipynb #3d0bcc1a
-_scratch_bufs = {}
-
-def _scratch(n, dtype, device, slot=0):
-    "A reusable flat buffer of `n` elements for this thread, so that the kernel allocates nothing per call."
-    key = (threading.get_ident(), device, dtype, slot)
-    buf = _scratch_bufs.get(key)
-    if buf is None or buf.numel() < n: buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
-    return buf[:n]
-
-def _const(v, dtype, device):
-    "A cached 0-dim tensor holding `v` (a new one per call would cost an allocation)."
-    key = ('const', v, dtype, device)
-    t = _scratch_bufs.get(key)
-    if t is None: t = _scratch_bufs[key] = torch.tensor(v, dtype=dtype, device=device)
-    return t
-
-def _as_float(x):
-    "`x` detached and flat, half types upcast (into a scratch buffer when a copy is needed); None for non-float or empty tensors."
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0: return None
-    x = x.detach()
-    half = x.dtype in (torch.float16, torch.bfloat16)
-    if x.is_contiguous() and not half: return x.view(-1)
-    # e.g. a convolution's channels-last output: one copy into warm memory, not a fresh allocation
-    buf = _scratch(x.numel(), torch.float32 if half else x.dtype, x.device, 3)
-    return buf.view(x.shape).copy_(x).view(-1)
-
-# %% ../nbs/10_activations.ipynb #48eb987b
-_COUNT_CHUNK = 2**23   # a float32 sum of ones is exact up to 2^24
-
-def _finite_ones(x):
-    "1 where flat float `x` is finite, NaN where it is NaN or ±Inf (`1 + 0*x`: 0*Inf is NaN), in a scratch buffer."
-    return torch.add(_const(1., x.dtype, x.device), x, alpha=0., out=_scratch(x.numel(), x.dtype, x.device, 4))
-
-def _sum_ones(buf):
-    "The number of ones in `_finite_ones`' output `buf`: `nansum`, in chunks short enough to stay exact."
-    if buf.numel() <= _COUNT_CHUNK: return buf.nansum()
-    return torch.stack([c.nansum() for c in buf.split(_COUNT_CHUNK)]).double().sum()
-
-def count_finite(x):
-    "The number of finite values of flat float `x`, exact, as a 0-dim tensor on its device (no host sync)."
-    return _sum_ones(_finite_ones(x))
-
-_MAX_SHIFT = {torch.float32: 100, torch.float64: 1000}
-
-def pow2_scale(amax):
-    "Powers of two `s` (shaped like `amax`) that bring the magnitudes `amax` into [0.5, 1); 1 where `amax` is 0 or not finite."
-    ok = torch.isfinite(amax) & (amax > 0)
-    e = torch.frexp(torch.where(ok, amax, torch.ones_like(amax)))[1]    # amax = m * 2^e with m in [0.5, 1)
-    e = torch.where(ok, e, 0)
-    return torch.ldexp(torch.ones_like(amax), (-e).clamp(max=_MAX_SHIFT[amax.dtype]))
-
-# %% ../nbs/10_activations.ipynb #d9e46d95
-def _moments_vec(n, n_bad, mean_s, m2_s, s, mn, mx):
-    "The `moments` vector from scaled mean and m2 (of values multiplied by `s`), unscaled in float64."
-    s = s.double()
-    return torch.stack([n, n_bad, mean_s / s, (m2_s.clamp(min=0) / s) / s, mn, mx])
-
-def moments(x, precise=False, minmax=True):
-    "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
-    x = _as_float(x)
-    if x is None: raise TypeError("moments needs a non-empty floating point tensor")
-    numel = x.numel()
-    ones = _finite_ones(x)
-    n = _sum_ones(ones).double()
-    buf = _scratch(numel, x.dtype, x.device, 1)
-    if minmax:   # of the finite values: NaN/Inf pushed to the far end first
-        mn = torch.nan_to_num(x, nan=math.inf, posinf=math.inf, neginf=math.inf, out=buf).min()
-        mx = torch.nan_to_num(x, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=buf).max()
-        big = torch.maximum(mn.abs(), mx.abs())
-        mn, mx = mn.double(), mx.double()
-    c = torch.nan_to_num(x, nan=0., posinf=0., neginf=0., out=buf)   # NaN/Inf out of the sums
-    if not minmax:
-        lo, hi = torch.aminmax(c)
-        big = torch.maximum(lo.abs(), hi.abs())
-        mn = mx = torch.tensor(math.nan, dtype=torch.float64, device=x.device)
-    s = pow2_scale(big)
-    c.mul_(s)   # exact: the largest finite value is now in [0.5, 1), so no square overflows and none that matters underflows
-    if precise:  # float64, two passes: m2 from the deviations of the finite values (the others zeroed by the mask)
-        if c.dtype != torch.float64: c = _scratch(numel, torch.float64, x.device, 0).copy_(c)
-        mean_s = c.sum() / n.clamp(min=1)
-        c.sub_(mean_s).mul_(ones.nan_to_num_(nan=0.))
-        m2_s = torch.dot(c, c)
-    else:
-        mean_s = c.sum().double() / n.clamp(min=1)
-        m2_s = torch.dot(c, c).double() - n * mean_s * mean_s
-    return _moments_vec(n, numel - n, mean_s, m2_s, s, mn, mx)
-
-# %% ../nbs/10_activations.ipynb #8294dfd1
-def merge_moments(a, b):
-    "Merge two `moments` vectors (or stacks of them along the last dim) with Chan's parallel formula."
-    na, nb = a[..., 0], b[..., 0]
-    n = na + nb
-    safe_n = n.clamp(min=1)
-    # a weighted average cannot overflow, and the deviation term is squared last, so neither overflows unless the result does
-    mean = a[..., 2] * (na / safe_n) + b[..., 2] * (nb / safe_n)
-    delta = b[..., 2] - a[..., 2]
-    m2 = a[..., 3] + b[..., 3] + (delta * (na * nb / safe_n).sqrt())**2
-    mn = torch.minimum(a[..., 4], b[..., 4]); mx = torch.maximum(a[..., 5], b[..., 5])
-    return torch.stack([n, a[..., 1] + b[..., 1], mean, m2, mn, mx], dim=-1)
-
-def moments_dict(m):
-    "A host dict (count, nonfinite, mean, std, var, min, max) from a `moments` vector: one device read. NaN where undefined."
-    n, bad, mean, m2, mn, mx = m.detach().cpu().tolist()
-    var = m2/(n-1) if n > 1 else math.nan
-    return dict(count=int(n), nonfinite=int(bad), mean=mean if n else math.nan, std=math.sqrt(var) if var == var else math.nan,
-                var=var, min=mn if n else math.nan, max=mx if n else math.nan)
-
-# %% ../nbs/10_activations.ipynb #e4b532ad
-class count_syncs(TorchDispatchMode):
-    "Count ops that would synchronise with the device (scalar reads, `.cpu()`, `.tolist()`, `.numpy()`) inside a `with` block."
-    _methods = ('tolist', 'numpy', 'cpu')
-    def __init__(self):
-        super().__init__()
-        self.n, self.ops = 0, []
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default: self._hit('item')
-        elif func is torch.ops.aten._to_copy.default and str(kwargs.get('device', '')) == 'cpu': self._hit('to(cpu)')
-        return func(*args, **kwargs)
-    def _hit(self, name): self.n += 1; self.ops.append(name)
-    def __enter__(self):
-        # on a CPU tensor these never reach the dispatcher, so they are counted at the Python level,
-        # only on the thread that entered the block (dispatch modes are per thread too)
-        self._orig = {nm: getattr(torch.Tensor, nm) for nm in self._methods}
-        tid = threading.get_ident()
-        for nm, f in self._orig.items():
-            def wrapped(t, *args, _f=f, _nm=nm, **kwargs):
-                if threading.get_ident() == tid: self._hit(_nm)
-                return _f(t, *args, **kwargs)
-            setattr(torch.Tensor, nm, wrapped)
-        return super().__enter__()
-    def __exit__(self, *args):
-        for nm, f in self._orig.items(): setattr(torch.Tensor, nm, f)
-        return super().__exit__(*args)
-
-# %% ../nbs/10_activations.ipynb #5b7c3994
-_TABLE_ROWS = 32
-_rng = random.Random(0)   # abs_hist's default row picker: private, so that the user's `random` stream is untouched
-
-def _sample_table(n, sample, device):
-    "`_TABLE_ROWS` stratified random index sets (int64, one row each) for `n` values: row[j] lies in the j-th of `sample` equal slices."
-    stride = n // sample
-    key = ('strata', stride, sample, device)
-    tab = _scratch_bufs.get(key)
-    if tab is None:
-        g = torch.Generator(device=device).manual_seed(stride)   # fixed seed, drawn on the device: no host copy
-        off = torch.randint(0, stride, (_TABLE_ROWS, sample), generator=g, device=device)   # int64: index_select's own type
-        tab = _scratch_bufs[key] = off.add_(torch.arange(0, stride*sample, stride, device=device))
-    return tab
-
-def _sample(x, sample, rng):
-    "A stratified random sample of `sample` values of flat `x` (a new tensor): one value from each of `sample` equal slices."
-    return x.index_select(0, _sample_table(x.numel(), sample, x.device)[rng.randrange(_TABLE_ROWS)])
-
-def _bin_index(a, bins, hi):
-    "Bin numbers of `|a|` (0: NaN/Inf, 1..`bins`: the bins over [0,`hi`), `bins`+1: overflow), computed in place in `a`."
-    # NaN/Inf to -hi (bin 0 below); huge finite values clamped first so that |a|*bins/hi cannot overflow to Inf
-    a.abs_().nan_to_num_(nan=-hi, posinf=-hi).clamp_(max=2*hi)
-    return a.mul_(bins/hi).add_(1.).clamp_(0., bins+1)
-
-def _count(idx, n):
-    "Counts of the values 0..`n`-1 in int tensor `idx`. On a GPU `bincount` reads the maximum back to the host, so there we add ones."
-    if idx.device.type == 'cpu': return torch.bincount(idx, minlength=n)
-    return torch.zeros(n, dtype=torch.int64, device=idx.device).index_add_(0, idx, torch.ones_like(idx, dtype=torch.int64))
-
-def _bin_counts(a, bins, hi, idx=None):
-    "Raw bincounts (`bins`+2, see `_bin_index`) of the values of `a`, which is overwritten; `idx`: an int32 scratch buffer."
-    a = _bin_index(a, bins, hi)
-    return _count(a.to(torch.int32) if idx is None else idx.copy_(a), bins+2)
-
-def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
-    "Histogram of `|x|` in `bins` equal bins over [0,`hi`) plus an overflow bin, from `sample` random values (all if `sample` is None or 0)."
-    x = _as_float(x)
-    n = x.numel()
-    if sample and n > sample: return _bin_counts(_sample(x, sample, rng or _rng), bins, hi)[1:].float().mul_(n / sample)
-    a = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
-    return _bin_counts(a, bins, hi, _scratch(n, torch.int32, x.device, 2))[1:].float()
-
-# %% ../nbs/10_activations.ipynb #a57ab560
-_EPS = {torch.float32: 2.**-20, torch.float64: 2.**-49}       # a generous bound on the relative rounding error of a sum
-_TINY = {torch.float32: 2.**-149, torch.float64: 2.**-1074}   # the smallest subnormal: the most a square can lose to underflow
-
-class StatsRecorder:
-    "Per-batch moments and |x| histograms of one tensor stream, kept on its device until read."
-    flush_every = 16   # pending samples (64 KB each) processed together
-    def __init__(self, bins=40, hi=10., sample=16384, exact=False, seed=0):
-        fc.store_attr('bins,hi,sample,exact,seed')
-        self.reset()
-    def reset(self):
-        self._numels, self._raw, self._fin, self._dtypes, self._has_raw = [], [], [], [], []
-        self._pending, self._clean, self._counts = [], [], []
-        self._rng, self._cache = random.Random(self.seed), None
-    def record(self, x):
-        "Append the statistics of `x` (flattened) to the device buffers: no host sync."
-        x = _as_float(x)
-        n = x.numel()
-        self._numels.append(n); self._cache = None
-        if self.exact or not self.sample:   # every value, now: exact moments, and bin 0 counts the NaN/Inf
-            self._flush()
-            m = moments(x, minmax=False)
-            self._clean.append(torch.stack([m[2], m[3], torch.ones_like(m[2])]).view(1, 3))   # 1: mean and m2, exact
-            buf = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
-            self._counts.append(_bin_counts(buf, self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
-            self._has_raw.append(False)
-        elif n > self.sample:   # raw sums (exact when every value is finite), the exact finite count, and a sample
-            self._raw += (x.nansum(), torch.dot(x, x))   # nansum: the same as sum when all is finite, and faster
-            self._fin.append(count_finite(x)); self._dtypes.append(x.dtype)
-            self._pending.append(_sample(x, self.sample, self._rng))
-            self._has_raw.append(True)
-        else:                   # small enough to keep whole until the next flush
-            self._pending.append(x.clone())
-            self._has_raw.append(False)
-        if len(self._pending) >= self.flush_every: self._flush()
-
-    def _flush(self):
-        "Sums, sums of squares and bin counts of the pending samples, batched: about a dozen device ops per `flush_every` batches."
-        p, k, i = self._pending, self.bins + 2, 0
-        while i < len(p):
-            j = i + 1
-            while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
-            a = torch.stack(p[i:j])
-            # float64, where the square of any float32 fits, in a scratch buffer (a fresh 2 MB tensor per flush costs page faults)
-            c = _scratch(a.numel(), torch.float64, a.device, 5).view(a.shape).copy_(a).nan_to_num_(nan=0., posinf=0., neginf=0.)
-            total = c.sum(1)
-            self._clean.append(torch.stack([total, c.mul_(c).sum(1), torch.zeros_like(total)], 1))
-            idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
-            self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
-            i = j
-        self._pending = []
-    def __len__(self): return len(self._numels)
-
-    def _finish(self):
-        "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms, the mask of estimated batches, and the error bounds of mean and variance."
-        self._flush()
-        clean = torch.cat(self._clean).cpu().double()     # per batch: sum and sum of squares of the finite values binned (0), or their mean and m2 (1)
-        counts = torch.cat(self._counts).cpu().double()
-        numel = torch.tensor(self._numels, dtype=torch.float64)
-        has_raw = torch.tensor(self._has_raw)
-        drawn = torch.where(has_raw, numel.clamp(max=self.sample or 1), numel)   # values binned per batch
-        k_fin = drawn - counts[:, 0]                                               # finite values binned (bin 0: NaN/Inf)
-        sums = clean[:, 2] == 0
-        mean_b = torch.where(sums, clean[:, 0] / k_fin.clamp(min=1), clean[:, 0])
-        m2_b = torch.where(sums, (clean[:, 1] - clean[:, 0]*mean_b).clamp(min=0), clean[:, 1])
-        var_b = m2_b / (k_fin - 1).clamp(min=1)
-        n, mean, m2 = k_fin.clone(), mean_b.clone(), m2_b.clone()      # batches binned whole: exact
-        estimated = torch.zeros(len(numel), dtype=torch.bool)
-        mean_err, var_err = torch.zeros(len(numel), dtype=torch.float64), torch.zeros(len(numel), dtype=torch.float64)
-        if self._raw:
-            r = has_raw
-            total, sq = torch.stack(self._raw).view(-1, 2).cpu().double().unbind(1)
-            nr = torch.stack([f.double() for f in self._fin]).cpu()      # exact finite counts
-            eps = torch.tensor([_EPS[d] for d in self._dtypes], dtype=torch.float64)
-            tiny = torch.tensor([_TINY[d] for d in self._dtypes], dtype=torch.float64)
-            dof = (nr - 1).clamp(min=1)
-            # raw sums are the clean ones when every value was finite; their variance is trusted when its rounding bound
-            # (relative error of the sums, plus what underflowing squares can lose) is within 0.1% of it, or all values are 0
-            clean_raw = (nr == numel[r]) & total.isfinite()
-            mean_raw = total / nr.clamp(min=1)
-            var_raw = ((sq - nr*mean_raw*mean_raw) / dof).clamp(min=0)
-            kf, vb = k_fin[r], var_b[r]
-            var_ok = clean_raw & sq.isfinite() & (((eps*sq + nr*tiny)/dof <= 1e-3*var_raw) | ((sq == 0) & (vb == 0)))
-            # otherwise: the sample's finite values, with 3 standard errors (normal approximation) as the bound
-            nan = torch.full_like(vb, math.nan)
-            mean_s = torch.where(kf > 0, mean_b[r], nan)
-            var_s = torch.where(kf > 1, vb, nan)
-            fpc = (1 - kf / nr.clamp(min=1)).clamp(min=0).sqrt()    # finite population: no error when the sample is everything
-            mean[r] = torch.where(clean_raw, mean_raw, mean_s)
-            var_r = torch.where(var_ok, var_raw, var_s)
-            m2[r] = var_r * (nr - 1).clamp(min=0)
-            n[r] = nr
-            estimated[r] = ~var_ok
-            mean_err[r] = torch.where(clean_raw, 0., 3*(var_s/kf.clamp(min=1)).sqrt()*fpc)
-            var_err[r] = torch.where(var_ok, 0., 3*var_s*(2/(kf-1).clamp(min=1)).sqrt()*fpc)
-        hists = counts[:, 1:] * (n / k_fin.clamp(min=1))[:, None]   # the finite bins, scaled to the batch's finite count
-        return torch.stack([n, numel - n, mean, m2], 1), hists.float(), estimated, mean_err, var_err
-    def _read(self):
-        if self._cache is None:
-            if not self._numels:
-                z = torch.zeros(0, dtype=torch.float64)
-                self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1), torch.zeros(0, dtype=torch.bool), z, z)
-            else: self._cache = self._finish()
-        return self._cache
-    @property
-    def moms(self): return self._read()[0]
-    @property
-    def hists(self): return self._read()[1]
-    @property
-    def means(self):
-        "Mean of the finite values per batch (NaN for a batch without any)."
-        m = self.moms
-        return torch.where(m[:, 0] > 0, m[:, 2], math.nan).float()
-    @property
-    def stds(self):
-        "Standard deviation (unbiased) of the finite values per batch (NaN for a batch with fewer than two)."
-        m = self.moms
-        return torch.where(m[:, 0] > 1, (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt(), math.nan).float()
-    @property
-    def nonfinite(self):
-        "Exact number of NaN and ±Inf values per batch."
-        return self.moms[:, 1].long()
-    @property
-    def estimated(self):
-        "True for the batches whose mean or std were estimated from the sample (NaN/Inf, or sums beyond the dtype's range)."
-        return self._read()[2]
-    @property
-    def errors(self):
-        "Bounds on the error of `means` and `stds` per batch: 0 where exact, 3 standard errors of the sample where estimated."
-        _, _, _, mean_err, var_err = self._read()
-        std = self.stds.double()
-        std_err = torch.where(std > 0, var_err / (2*std), var_err.sqrt())
-        return dict(mean=mean_err.float(), std=std_err.float())
-    @property
-    def stats(self): return (self.means, self.stds, list(self.hists))
-
-# %% ../nbs/10_activations.ipynb #9de5fdb1
-def tensor_items(o, prefix=''):
-    "Flatten a module output into a list of `(key, tensor)`: tuples/lists by index, dicts by key, nested with '.'."
-    if isinstance(o, torch.Tensor): return [(prefix or '0', o)]
-    res = []
-    if isinstance(o, Mapping): items = o.items()
-    elif isinstance(o, (tuple, list)): items = enumerate(o)
-    else: return res
-    for k, v in items: res += tensor_items(v, f'{prefix}.{k}' if prefix else str(k))
-    return res
-
-def skip_reason(t):
-    "Why tensor `t` gets no statistics (None when it does)."
-    if not t.is_floating_point(): return f'dtype {t.dtype} is not floating point'
-    if t.numel() == 0: return 'empty tensor'
-    return None
-
-# %% ../nbs/10_activations.ipynb #914a5588
-def default_mod_filter(m):
-    "True for leaf modules that hold parameters: the layers a user usually means (conv, linear, norm layers)."
-    return not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))
-
-class HooksCallback(Callback):
-    "Hook the modules picked by `mod_filter` (or `mods`) before fit with `hookfunc`; remove them in the cleanup stage."
-    def __init__(self, hookfunc, mod_filter=None, on_train=True, on_valid=False, mods=None):
-        fc.store_attr()
-        super().__init__()
-        self.hooks = Hooks([], None)
-
-    def before_fit(self, learn=None):
-        model = (self.learn if learn is None else learn).model
-        if self.mods is not None: mods = list(self.mods)
-        else: mods = [m for m in model.modules() if (self.mod_filter or default_mod_filter)(m)]
-        if not mods: warnings.warn("HooksCallback: no module matched mod_filter; nothing will be recorded")
-        names = {m: n for n, m in model.named_modules()}
-        for m in mods:
-            if not getattr(m, '_hook_name', None) and m in names: m._hook_name = names[m] or type(m).__name__
-        self.hooks = Hooks(mods, self._hookfunc)
-        self._training = None
-
-    def _hookfunc(self, *args, **kwargs):
-        training = self._training
-        if training is None: return
-        if (self.on_train and training) or (self.on_valid and not training): self.hookfunc(*args, **kwargs)
-
-    def before_batch(self, learn=None): self._training = (self.learn if learn is None else learn).model.training
-    def after_batch(self, learn=None): self._training = None
-    def cleanup_fit(self, learn=None):
-        self.hooks.remove()
-        self.learn = None      # so that keeping this callback does not keep the model alive
-    def __iter__(self): return iter(self.hooks)
-    def __len__(self): return len(self.hooks)
-    def __bool__(self): return True   # a callback is never falsy, even before fit when it has no hooks yet
+# %% ../nbs/10_activations.ipynb #291ec613
+_all_ = ['Hook', 'Hooks', 'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #ad91733e
 def _recorder(hook, key):
@@ -439,9 +33,28 @@ def _recorder(hook, key):
     if rec is None: rec = hook.recorders[key] = StatsRecorder(**getattr(hook, 'rec_kwargs', {}))
     return rec
 
+class RecordedStats:
+    "The course's `hook.stats` triple `(means, stds, histograms)`, read from the hook's device buffers when indexed."
+    def __init__(self, hook): self.hook = hook
+    def _main(self):
+        rec = main_recorder(self.hook)
+        if rec is None: raise ValueError(f"layer {self.hook.name} recorded no statistics")
+        return rec
+    def __getitem__(self, i): return self._main().stats[i]
+    def __len__(self): return 3
+    def __iter__(self): return iter(self._main().stats)
+    def __repr__(self): return f"RecordedStats({self.hook.name})"
+
+def main_recorder(h):
+    "The `StatsRecorder` of hook `h`'s first output, or None when it recorded nothing."
+    rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
+    return rec if rec is not None and len(rec) else None
+
+# %% ../nbs/10_activations.ipynb #53d4d7b1
 def append_stats(hook, mod, inp, outp):
-    "Record mean, std and |x| histogram of every float tensor in `outp` (and its gradient when `hook.grads`) on `hook`."
+    "Record mean, std and |x| histogram of every float tensor in `outp` (and its gradient when `hook.grads`) on `hook`; `hook.stats` reads them."
     if not hasattr(hook, 'recorders'): hook.recorders, hook.skipped, hook.counter = {}, {}, 0
+    if 'stats' not in hook.__dict__: hook.stats = RecordedStats(hook)
     every = getattr(hook, 'every', 1)
     hook.counter += 1
     if every > 1 and (hook.counter - 1) % every: return
@@ -454,11 +67,7 @@ def append_stats(hook, mod, inp, outp):
         if getattr(hook, 'grads', False) and t.requires_grad and torch.is_grad_enabled():
             t.register_hook(_recorder(hook, 'grad.' + key).record)
 
-def main_recorder(h):
-    "The `StatsRecorder` of hook `h`'s first output, or None when it recorded nothing."
-    rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
-    return rec if rec is not None and len(rec) else None
-
+# %% ../nbs/10_activations.ipynb #885ad113
 def get_hist(h):
     "The histograms of hook `h` as an image: bins (rows, overflow last) by batches, log1p of the counts."
     return torch.stack(list(h.stats[2])).t().float().log1p()
@@ -470,17 +79,17 @@ def get_min(h):
 
 # %% ../nbs/10_activations.ipynb #64651dbf
 class ActivationStats(HooksCallback):
-    "Record mean, std and |x| histograms of the outputs of the modules picked by `mod_filter` during training."
-    def __init__(self, mod_filter=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
-                 on_train=True, on_valid=False, mods=None):
-        super().__init__(append_stats, mod_filter, on_train=on_train, on_valid=on_valid, mods=mods)
+    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`; aliases `mod_filter`, `mods`) on every `every`-th training batch."
+    def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
+                 on_train=True, on_valid=False, *, mod_filter=None, mods=None, on_val=None):
+        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
         self.every, self.grads = every, grads
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact)
 
     def before_fit(self, learn=None):
         super().before_fit(learn)
         for i, h in enumerate(self.hooks):
-            h.every, h.counter, h.grads, h.recorders, h.skipped = self.every, 0, self.grads, {}, {}
+            h.every, h.counter, h.grads, h.recorders, h.skipped, h.stats = self.every, 0, self.grads, {}, {}, RecordedStats(h)
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
         self.names = [h.name for h in self.hooks]
 
@@ -536,40 +145,54 @@ class ActivationStats(HooksCallback):
         self.fig = fig
 
 # %% ../nbs/10_activations.ipynb #c7134239
+def _finding(layer, issue, value, threshold, **more): return dict(layer=layer, issue=issue, value=value, threshold=threshold, **more)
+
+def _flag(f):
+    "The short text of finding `f` in a row's `flags`."
+    return f"skipped {f['output']}: {f['value']}" if f['issue'] == 'skipped' else f['issue']
+
+def _layer_findings(row, has_finite, vanish_std, explode_std, dead_frac, sat_frac):
+    "The findings of one recorded layer's `row`: each names the statistic compared (`measure`), its value and the threshold it crossed."
+    name, res = row['layer'], []
+    if not has_finite: res.append(_finding(name, 'no finite values', 0, 1, measure='finite values'))
+    elif row['std'] < vanish_std: res.append(_finding(name, 'vanishing', row['std'], vanish_std, measure='std'))
+    if row['std'] > explode_std: res.append(_finding(name, 'exploding', row['std'], explode_std, measure='std'))
+    if row['nonfinite'] > 0: res.append(_finding(name, 'exploding', row['nonfinite'], 0, measure='nonfinite'))
+    if row['dead'] > dead_frac: res.append(_finding(name, 'dead', row['dead'], dead_frac, measure='dead'))
+    if row['saturated'] > sat_frac: res.append(_finding(name, 'saturated', row['saturated'], sat_frac, measure='saturated'))
+    return res
+
 @fc.patch
 def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., dead_frac=0.8, sat_frac=0.05):
-    "Per-layer rows (name, mean, std, dead, saturated, nonfinite, flags) over the last `tail` of the recorded batches."
+    "One row per layer over the last `tail` of the recorded batches: statistics, `findings` (dicts `layer, issue, value, threshold`) and the `flags` they give."
     rows = []
     for h in self:
         rec = main_recorder(h)
         if rec is None:
-            rows.append(dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0,
-                             estimated=False, mean_err=0., std_err=0.,
-                             flags=['not recorded'] + [f'skipped {k}: {r}' for k, r in getattr(h, 'skipped', {}).items()]))
-            continue
-        k = max(1, int(round(len(rec) * tail)))
-        hists = rec.hists[-k:]
-        total = hists.sum(1)
-        has = total > 0                       # batches with finite values
-        err = rec.errors
-        def avg(v): return v[-k:][has].double().mean().item() if has.any() else math.nan
-        row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds),
-                   dead=avg(hists[:, 0] / total.clamp(min=1e-12)), saturated=avg(hists[:, -1] / total.clamp(min=1e-12)),
-                   nonfinite=int(rec.nonfinite.sum()), estimated=bool(rec.estimated[-k:].any()),
-                   mean_err=avg(err['mean']), std_err=avg(err['std']))
-        flags = []
-        if not has.any(): flags.append('no finite values')
-        elif row['std'] < vanish_std: flags.append('vanishing')
-        if row['std'] > explode_std or row['nonfinite'] > 0: flags.append('exploding')
-        if row['dead'] > dead_frac: flags.append('dead')
-        if row['saturated'] > sat_frac: flags.append('saturated')
-        row['flags'] = flags
+            row = dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0,
+                       estimated=False, mean_err=0., std_err=0.)
+            found = [_finding(h.name, 'not recorded', None, None)]
+            found += [_finding(h.name, 'skipped', r, None, output=k) for k, r in getattr(h, 'skipped', {}).items()]
+        else:
+            k = max(1, int(round(len(rec) * tail)))
+            hists = rec.hists[-k:]
+            total = hists.sum(1)
+            has = total > 0                       # batches with finite values
+            err = rec.errors
+            def avg(v): return v[-k:][has].double().mean().item() if has.any() else math.nan
+            row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds),
+                       dead=avg(hists[:, 0] / total.clamp(min=1e-12)), saturated=avg(hists[:, -1] / total.clamp(min=1e-12)),
+                       nonfinite=int(rec.nonfinite.sum()), estimated=bool(rec.estimated[-k:].any()),
+                       mean_err=avg(err['mean']), std_err=avg(err['std']))
+            found = _layer_findings(row, bool(has.any()), vanish_std, explode_std, dead_frac, sat_frac)
+        row['findings'] = found
+        row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
         rows.append(row)
     return rows
 
+# %% ../nbs/10_activations.ipynb #2764b131
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table."
-    "Estimated means and stds (batches with NaN/Inf or out-of-range sums) are shown as `~value` with their bound below the table."
+    "The rows of `diagnose` as a fixed-width text table; estimated means and stds are shown as `~value`, with their bound below the table."
     lines = [f"{'layer':<14}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
     notes = []
     def num(v, est): return ('~' if est else '') + (f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}')

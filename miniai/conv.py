@@ -6,16 +6,16 @@ Docs: https://miniai.github.io/miniai/convolutions.html.md"""
 
 # %% ../nbs/07_convolutions.ipynb #b78fdbd3
 from __future__ import annotations
-from collections.abc import Mapping
 
 import torch
 from torch import nn
 from torch.utils.data import default_collate
 
+from .core import def_device, to_device
 from .datasets import *
 
 # %% auto #0
-__all__ = ['def_device', 'conv', 'to_device', 'collate_device']
+__all__ = ['conv', 'collate_device', 'def_device', 'to_device']
 
 # %% ../nbs/07_convolutions.ipynb #f9ea468d
 def conv(ni, nf, ks=3, stride=2, act=True):
@@ -25,14 +25,7 @@ def conv(ni, nf, ks=3, stride=2, act=True):
     return res
 
 # %% ../nbs/07_convolutions.ipynb #7fb3a37c
-def_device = 'mps' if torch.backends.mps.is_available() else 'cuda' if torch.cuda.is_available() else 'cpu'
-
-def to_device(x, device=def_device):
-    "Move a tensor, or a list, tuple or dict of them (nested), to `device`; anything else is returned unchanged."
-    if isinstance(x, torch.Tensor): return x.to(device)
-    if isinstance(x, Mapping): return {k: to_device(v, device) for k, v in x.items()}
-    if isinstance(x, (list, tuple)): return type(x)(to_device(o, device) for o in x)
-    return x
+_all_ = ['def_device', 'to_device']   # from miniai.core
 
 # %% ../nbs/07_convolutions.ipynb #7644dad2
 def collate_device(b):

@@ -16,6 +16,8 @@ import fastcore.all as fc
 from filelock import FileLock
 from torch.utils.data import DataLoader, default_collate
 
+from .core import atomic_write
+
 # `datasets` imports tqdm.auto, which warns in notebooks without ipywidgets; the bars still work
 warnings.filterwarnings('ignore', message='IProgress not found')
 
@@ -135,18 +137,12 @@ def _strict_json(text):
     def _refuse(c): raise ValueError(f"{c} is not valid JSON")
     return json.loads(text, parse_constant=_refuse)
 
-def _write_atomic(fn, data:bytes):
-    fn = Path(fn)
-    tmp = fn.with_name(f'.{fn.name}.tmp{os.getpid()}')
-    tmp.write_bytes(data)
-    os.replace(tmp, fn)
-
 def _write_manifest(dest, rows, source):
     "Record the size and sha256 of every file in `dest`, then write the manifest, last and atomically."
     files = {p.relative_to(dest).as_posix(): {'size': p.stat().st_size, 'sha256': _sha256(p)}
              for p in sorted(dest.rglob('*')) if p.is_file()}
     manifest = {'cache': 'fashion_mnist', 'version': _cache_version, 'source': str(source), 'rows': rows, 'files': files}
-    _write_atomic(dest/_manifest_name, json.dumps(manifest, indent=1, allow_nan=False).encode())
+    atomic_write(dest/_manifest_name, json.dumps(manifest, indent=1, allow_nan=False))
 
 def _files_problem(dest, verify=False):
     "The manifest of `dest` and why its files cannot be trusted (None if they can): sizes always, checksums of small files, of all with `verify`."
@@ -292,8 +288,7 @@ def _decoded_images(ds):
         warnings.warn(f"miniai: the decoded images {fn} {why}; decoding them again", stacklevel=3)
     imgs = np.stack([np.asarray(im) for im in ds.with_format(None)['image']])
     fn.parent.mkdir(parents=True, exist_ok=True)
-    tmp = fn.with_suffix(f'.tmp{os.getpid()}.npy')
-    np.save(tmp, imgs, allow_pickle=False); os.replace(tmp, fn)
+    atomic_write(fn, lambda f: np.save(f, imgs, allow_pickle=False))
     return imgs
 
 def tensor_dd(dd, tfm=to_float_image, x='image', y='label'):

@@ -17,7 +17,8 @@ from torch import nn
 import torch.nn.functional as F
 
 from .learner import Callback
-from .activations import Hook, moments
+from .hooks import Hook
+from .kernel import moments
 
 # %% auto #0
 __all__ = ['INDEX', 'LayerNotFoundError', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger',

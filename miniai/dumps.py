@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/dumps.html.md"""
 
 # %% ../nbs/10b_dumps.ipynb #ed7b7bf4
 from __future__ import annotations
-import argparse, collections, contextlib, csv, errno, hashlib, io, itertools, json, math, os, re, stat, sys, threading, warnings, weakref
+import argparse, collections, contextlib, csv, errno, functools, hashlib, io, json, math, os, re, stat, sys, threading, warnings, weakref
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import partial
 from pathlib import Path
@@ -15,36 +15,40 @@ import numpy as np, torch
 import fastcore.all as fc
 from torch import nn
 from fastprogress import progress_bar
+from .core import atomic_write, to_host, write_json
+from .kernel import moments
 
 # %% auto #0
-__all__ = ['MAX_DUMP_NAME', 'CSV_COLUMNS', 'UNCOMPARED_COLUMNS', 'sanitize_name', 'dump_filename', 'get_rank', 'rank_dir',
-           'tensor_to_numpy', 'atomic_write', 'save_npy', 'StagingPool', 'spare_core', 'DumpWriter',
-           'TargetClassWarning', 'default_target_classes', 'resolve_target_classes', 'SavingHook',
-           'register_saving_hook', 'register_hook', 'dump_index', 'load_dump', 'compare_arrays', 'open_npy',
-           'compare_files', 'CompareSetupError', 'display_name', 'write_csv', 'read_csv', 'compare_dumps',
-           'find_failures', 'compare_main']
+__all__ = ['CSV_COLUMNS', 'dump_filename', 'rank_dir', 'save_npy', 'DumpWriter', 'TargetClassWarning', 'SavingHook',
+           'register_saving_hook', 'register_hook', 'dump_index', 'load_dump', 'compare_arrays', 'compare_files',
+           'CompareSetupError', 'read_csv', 'compare_dumps', 'find_failures', 'compare_main']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
-def sanitize_name(name) -> str:
+def _sanitize_name(name) -> str:
     "Make `name` safe as part of a file name: only `[A-Za-z0-9._-]`, no `..`, never empty."
     res = re.sub(r'[^A-Za-z0-9._-]+', '_', str(name))
     res = re.sub(r'\.{2,}', '_', res).strip('.')
     return res or '_'
 
-MAX_DUMP_NAME = 200   # bytes: `atomic_write`'s temporary name adds at most 30, and most file systems stop at 255
+_MAX_DUMP_NAME = 200   # bytes: `atomic_write`'s temporary name adds at most 30, and most file systems stop at 255
 
 def _shorten(s, n):
     "`s` if it has at most `n` characters, else its start and a stable hash of all of it, `n` characters in all."
     return s if len(s) <= n else f'{s[:n-13]}-{hashlib.sha1(s.encode()).hexdigest()[:12]}'
 
+@functools.lru_cache(maxsize=4096)
+def _safe_names(layer_class, layer_name):
+    "The sanitised class name (at most 64 characters) and layer name: the same few pairs come back every step, so they are cached."
+    return _shorten(_sanitize_name(layer_class), 64), _sanitize_name(layer_name)
+
 def dump_filename(idx, layer_class, layer_name, micro_step) -> str:
-    "The file name of a saved tensor, in the original tool's format, with sanitised names; long names end in a hash, so at most `MAX_DUMP_NAME` bytes."
-    cls, name = _shorten(sanitize_name(layer_class), 64), sanitize_name(layer_name)
+    "The file name of a saved tensor: `tensor_idx_{idx}_layer_class_{layer_class}_layer_name_{layer_name}_micro_step_{micro_step}.npy`, names sanitised; long names end in a hash, so at most `_MAX_DUMP_NAME` bytes."
+    cls, name = _safe_names(str(layer_class), str(layer_name))
     fixed = len(f'tensor_idx_{int(idx)}_layer_class_{cls}_layer_name__micro_step_{int(micro_step)}.npy')
     return (f'tensor_idx_{int(idx)}_layer_class_{cls}'
-            f'_layer_name_{_shorten(name, MAX_DUMP_NAME - fixed)}_micro_step_{int(micro_step)}.npy')
+            f'_layer_name_{_shorten(name, _MAX_DUMP_NAME - fixed)}_micro_step_{int(micro_step)}.npy')
 
-def get_rank() -> int:
+def _get_rank() -> int:
     "This process's rank in `torch.distributed` when a process group is initialised, else 0."
     dist = torch.distributed
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -52,46 +56,46 @@ def get_rank() -> int:
 def rank_dir(path, kind='tensors', rank=None) -> Path:
     "The folder `path/kind/rank_R` where this rank's (or `rank`'s) dumps of `kind` ('tensors' or 'grads') go."
     if kind not in ('tensors', 'grads'): raise ValueError(f"kind must be 'tensors' or 'grads', not {kind!r}")
-    return Path(path)/kind/f'rank_{get_rank() if rank is None else int(rank)}'
+    return Path(path)/kind/f'rank_{_get_rank() if rank is None else int(rank)}'
 
 # %% ../nbs/10b_dumps.ipynb #53291cc3
-def tensor_to_numpy(t:torch.Tensor) -> np.ndarray:
-    "`t` on the host as a numpy array, losslessly: bfloat16 and 8-bit floats become float32, complex32 complex64."
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16 or (t.is_floating_point() and t.element_size() == 1): t = t.float()
-    elif t.dtype == torch.complex32: t = t.to(torch.complex64)
-    return t.numpy()
-
-_tmp_ids = itertools.count()
 _NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_BINARY', 0)
+_headers = {}
 
-def atomic_write(fn, write):
-    "Call `write(f)` on a new temporary binary file next to `fn`, then rename it to `fn` (atomic on POSIX and Windows); never writes through a symlink."
-    fn = os.fspath(fn)
-    head, name = os.path.split(fn)
-    if len(os.fsencode(name)) > 200: name = hashlib.sha1(os.fsencode(name)).hexdigest()   # the temporary name stays under 255 bytes
-    while True:
-        tmp = os.path.join(head, f'.{name}.{os.getpid()}.{next(_tmp_ids)}.tmp')   # unique per process and call
-        try: fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)   # a new file, not a link's target
-        except FileExistsError: continue   # left by a crashed process with our pid
-        break
-    try:
-        with open(fd, 'wb') as f: write(f)
-        os.replace(tmp, fn)   # replaces a symlink at `fn` rather than writing through it
-    except BaseException:
-        with contextlib.suppress(OSError): os.unlink(tmp)
-        raise
+def _npy_header(arr):
+    "The `.npy` header `np.save` writes for C-ordered `arr`, cached per dtype and shape."
+    key = (arr.dtype.str, arr.shape)
+    if key not in _headers:
+        if len(_headers) > 4096: _headers.clear()
+        d, buf = np.lib.format.header_data_from_array_1_0(arr), io.BytesIO()
+        try: np.lib.format.write_array_header_1_0(buf, d)
+        except ValueError: buf = io.BytesIO(); np.lib.format.write_array_header_2_0(buf, d)   # a header too long for format 1.0
+        _headers[key] = buf.getvalue()
+    return _headers[key]
+
+def _write_new(fd, parts):
+    "Write the byte buffers `parts` to `fd`: one `writev` call, unless the system writes less at a time."
+    views = [memoryview(p).cast('B') for p in parts]
+    while views:
+        n = os.writev(fd, views) if hasattr(os, 'writev') else os.write(fd, views[0])
+        while views and n >= len(views[0]): n -= len(views[0]); views.pop(0)
+        if views: views[0] = views[0][n:]
+
+def _write_npy(fn, arr):
+    "Write `arr` to `.npy` file `fn` with `atomic_write`: a temporary file (header and data in one `writev`) renamed to `fn`."
+    if not arr.flags.c_contiguous: return atomic_write(fn, lambda f: np.save(f, arr, allow_pickle=False))
+    atomic_write(fn, lambda f: _write_new(f.fileno(), [_npy_header(arr), arr.reshape(-1).view(np.uint8)]))
 
 def save_npy(fn, t) -> dict:
-    "Atomically save tensor or array `t` to `fn` as a pickle-free `.npy`; returns `dtype`, `stored_dtype` and `shape`."
-    arr = tensor_to_numpy(t) if isinstance(t, torch.Tensor) else np.asarray(t)
+    "Save tensor or array `t` to `fn` as a `.npy` that loads without pickle; returns `dtype`, `stored_dtype` and `shape`."
+    arr = to_host(t, numpy=True, keep_half=True) if isinstance(t, torch.Tensor) else np.asarray(t)
     if arr.dtype == object: raise TypeError(f"{fn}: object arrays cannot be saved without pickle")
-    atomic_write(fn, lambda f: np.save(f, arr, allow_pickle=False))
+    _write_npy(fn, arr)
     dtype = str(t.dtype).replace('torch.', '') if isinstance(t, torch.Tensor) else str(arr.dtype)
     return dict(dtype=dtype, stored_dtype=str(arr.dtype), shape=list(arr.shape))
 
 # %% ../nbs/10b_dumps.ipynb #f6e40f8f
-class StagingPool:
+class _StagingPool:
     "Reusable CPU buffers for copies of tensors waiting to be written: at most `max_bytes` in all, no new memory once warm."
     def __init__(self, max_bytes=256*2**20, on_full=None):
         self.max_bytes, self.free, self.allocated, self.on_full = max_bytes, [], 0, on_full
@@ -132,19 +136,19 @@ class StagingPool:
             self.free = []
 
 # %% ../nbs/10b_dumps.ipynb #00b1afce
-def spare_core() -> bool:
+def _spare_core() -> bool:
     "True when this process may use more CPU cores than PyTorch's intra-op threads, so a writer thread has one to itself."
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
     return cores > torch.get_num_threads()
 
 class DumpWriter:
-    "Write tensors to `.npy` files on a background thread; copies wait in a `StagingPool` of `buffer_mb` (CPU) or a queue of `queue_size` (devices)."
+    "Write tensors to `.npy` files on a background thread; copies wait in a `_StagingPool` of `buffer_mb` (CPU) or a queue of `queue_size` (devices)."
     def __init__(self, buffer_mb=256, queue_size=64, kick_every=16, background=None):
         self.pending, self.queue_size, self.kick_every = collections.deque(), max(1, queue_size), kick_every
-        self.sync_cpu = not (spare_core() if background is None else background)   # write CPU tensors in `put`
-        self.pool = StagingPool(int(buffer_mb*2**20), on_full=self.help)
+        self.sync_cpu = not (_spare_core() if background is None else background)   # write CPU tensors in `put`
+        self.pool = _StagingPool(int(buffer_mb*2**20), on_full=self.help)
         self.wake, self.done, self.busy, self.stopped = threading.Event(), threading.Condition(), False, False
-        self.index, self.dirty, self.errors = {}, set(), []
+        self.index, self.written, self.errors = {}, [], []   # `written`: appended by both threads, folded into `index` on `flush`
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name='miniai-dump-writer', daemon=True)
         self.thread.start()
@@ -152,18 +156,18 @@ class DumpWriter:
     def put(self, fn, t:torch.Tensor, **meta):
         "Copy tensor `t` (without a host sync) and queue it to be written to `fn`, with `meta` recorded in the folder's index."
         if self.stopped: raise RuntimeError("DumpWriter is closed")
-        if t.device.type == 'cpu' and self.sync_cpu: return self._write(Path(fn), t.detach(), None, meta)
+        if t.device.type == 'cpu' and self.sync_cpu: return self._write(fn, t.detach(), None, meta)
         if t.device.type == 'cpu': staged, buf = self.pool.copy(t)
         else:
             while len(self.pending) >= self.queue_size and self.help(): pass
             if len(self.pending) >= self.queue_size: self._wait(lambda: len(self.pending) < self.queue_size)
             staged, buf = t.detach().clone(memory_format=torch.contiguous_format), None
-        self.pending.append((Path(fn), staged, buf, meta))
+        self.pending.append((fn, staged, buf, meta))
         if len(self.pending) >= self.kick_every: self.kick()
 
     def kick(self):
-        "Wake the writer thread. It also wakes every `kick_every` tensors, when the pool is full and on `flush`."
-        self.wake.set()
+        "Wake the writer thread if anything is queued (a thread woken for nothing takes a core from the training). It also wakes every `kick_every` tensors, when the pool is full and on `flush`."
+        if self.pending: self.wake.set()
 
     def help(self):
         "Write the oldest queued tensor on the calling thread; False when there is none. The pool calls it when full."
@@ -199,13 +203,8 @@ class DumpWriter:
             with self.done: self.done.notify_all()
 
     def _write(self, fn, t, buf, meta):
-        try:
-            info = save_npy(fn, t)
-            with self.lock:
-                self.index.setdefault(fn.parent, {})[fn.name] = {**info, **meta}
-                self.dirty.add(fn.parent)
-        except Exception as e:
-            with self.lock: self.errors.append(f"{fn}: {type(e).__name__}: {e}")
+        try: self.written.append((fn, save_npy(fn, t), meta))   # a list append: no lock, no dict per folder yet
+        except Exception as e: self.errors.append(f"{fn}: {type(e).__name__}: {e}")
         finally:
             if buf is not None: self.pool.release(buf)
 
@@ -214,10 +213,13 @@ class DumpWriter:
         while self.help(): pass   # the caller writes too: two threads drain the queue
         if self.thread.is_alive(): self._wait(lambda: not self.pending and not self.busy)
         with self.lock:
-            dirty, self.dirty = self.dirty, set()
-            for folder in dirty:
-                data = json.dumps(self.index[folder], indent=1, sort_keys=True, allow_nan=False).encode()
-                atomic_write(folder/'index.json', lambda f: f.write(data))
+            written, self.written = self.written, []
+            changed = set()
+            for fn, info, meta in written:
+                fn = Path(fn)
+                self.index.setdefault(fn.parent, {})[fn.name] = {**info, **meta}
+                changed.add(fn.parent)
+            for folder in changed: write_json(folder/'index.json', dict(sorted(self.index[folder].items())), durable=False)
             errors, self.errors = self.errors, []
         if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
 
@@ -244,26 +246,39 @@ def _as_names(target_class_names):
         raise TypeError(f"target_class_names must be a str or a list of str (class names, not modules), got {target_class_names!r}")
     return list(dict.fromkeys(names))
 
-def _is_leaf(m): return next(m.children(), None) is None
+def _trainable_leaf(m):
+    "True for a leaf module that owns trainable parameters."
+    return next(m.children(), None) is None and any(p.requires_grad for p in m.parameters(recurse=False))
 
-def default_target_classes(model:nn.Module) -> list:
+def _default_target_classes(model:nn.Module) -> list:
     "The class names `target_class_names=None` stands for: the classes of `model`'s leaf modules that own trainable parameters, in the order they first appear."
-    return list(dict.fromkeys(type(m).__name__ for m in model.modules()
-                              if _is_leaf(m) and any(p.requires_grad for p in m.parameters(recurse=False))))
+    return list(dict.fromkeys(type(m).__name__ for m in model.modules() if _trainable_leaf(m)))
 
-def resolve_target_classes(model:nn.Module, target_class_names=None) -> list:
-    "The class names of `target_class_names` (None: `default_target_classes`) that `model` has; warns about the names that match no module, raises if none does."
+@functools.cache
+def _target_class_error():
+    "`TargetClassError`, made on first use: `miniai.hooks` loads the training stack, which `miniai-compare` does without."
+    from miniai.hooks import LayerNotFoundError
+    class TargetClassError(LayerNotFoundError, ValueError):
+        "No name of `target_class_names` matches a module of the model: nothing would be saved."
+    return TargetClassError
+
+def _resolve_target_classes(model:nn.Module, target_class_names=None) -> list:
+    "The names of `target_class_names` (None: `_default_target_classes`) that match modules of `model`, through `select_modules`; warns about the others, raises if none matches."
+    from miniai.hooks import select_modules, LayerNotFoundError
     names, what = _as_names(target_class_names), type(model).__name__
     available = sorted({type(m).__name__ for m in model.modules()})
     have = f"its modules' class names are: {', '.join(available)}"
     if names is None:
-        names = default_target_classes(model)
+        names = _default_target_classes(model)
         if not names: raise ValueError(f"target_class_names=None saves the leaf modules that have trainable parameters, and this {what} "
                                        f"has none: pass the class names to save ({have})")
-        return names
-    found, unknown = [o for o in names if o in available], [o for o in names if o not in available]
-    if not found: raise ValueError(f"target_class_names {unknown} match no module of this {what}; {have}")
-    if unknown: warnings.warn(f"target_class_names {unknown} match no module of this {what}, so only {found} are saved; {have}",
+    found, misses = [], {}
+    for name in names:
+        try: select_modules(model, [name], arg='target_class_names'); found.append(name)
+        except LayerNotFoundError as e: misses[name] = str(e)
+    unknown, hints = list(misses), ''.join(f'\n{m}' for m in misses.values())
+    if not found: raise _target_class_error()(f"target_class_names {unknown} match no module of this {what}; {have}{hints}")
+    if unknown: warnings.warn(f"target_class_names {unknown} match no module of this {what}, so only {found} are saved; {have}{hints}",
                               TargetClassWarning, stacklevel=4)
     return found
 
@@ -278,22 +293,21 @@ def _flush_at_exit(writer, path):
 
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
 class SavingHook:
-    "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` (None: `default_target_classes`) under `path`; see `register_saving_hook`."
+    "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` (None: the classes of the leaf modules with trainable parameters) under `path`; see `register_saving_hook`."
     def __init__(self, model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
                  max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None):
-        from miniai.activations import Hooks, tensor_items   # imported here so `miniai-compare` starts without the training stack
-        self.target_class_names = names = resolve_target_classes(model, target_class_names)
+        from miniai.hooks import Hooks, select_modules, tensor_items   # imported here so that `miniai-compare` starts without the training stack
+        self.target_class_names = names = _resolve_target_classes(model, target_class_names)
         fc.store_attr('max_saved_tensors,max_saved_grads,save_output_grads')
-        self.rank = get_rank()
+        self.rank = _get_rank()
         self.tensor_dir, self.grad_dir = rank_dir(path, 'tensors', self.rank), rank_dir(path, 'grads', self.rank)
         self.tensor_dir.mkdir(parents=True, exist_ok=True); self.grad_dir.mkdir(parents=True, exist_ok=True)
         self.n_tensors = self.n_grads = 0
         self.micro_step, self.closed = -1, False
         self.writer = DumpWriter(buffer_mb, queue_size, background=background)
-        targets = [(n, m) for n, m in model.named_modules() if type(m).__name__ in names]
-        self.layer_names = {id(m): n or 'model' for n, m in targets}
+        targets = select_modules(model, names, arg='target_class_names')
         self.tensor_items = tensor_items
-        self.hooks = Hooks([m for _, m in targets], self._save_output)
+        self.hooks = Hooks([(n or 'model', m) for n, m in targets], self._save_output)   # each hook named by the module's qualified name
         self.handles = [model.register_forward_pre_hook(self._next_step)]
         seen = set()
         for mod_name, m in targets:
@@ -310,7 +324,7 @@ class SavingHook:
 
     def _save_output(self, hook, module, inp, outp):
         if self.closed: return
-        cls, name = type(module).__name__, self.layer_names.get(id(module), 'unknown')
+        cls, name = type(module).__name__, hook.name
         items = self.tensor_items(outp)
         for key, t in items:
             t_name = name if len(items) == 1 else f'{name}.{key}'
@@ -368,7 +382,7 @@ def register_saving_hook(model:nn.Module, path='./tmp_tensors', target_class_nam
 
 def register_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
                   max_saved_grads=100, **kwargs) -> nn.Module:
-    "`register_saving_hook` under the name the original tool's README uses: the same arguments, defaults and result."
+    "`register_saving_hook` under a shorter name: the same arguments, defaults and result."
     return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_hook')
 
 # %% ../nbs/10b_dumps.ipynb #ca1f88ac
@@ -396,12 +410,11 @@ def _dot(x, y):
     "Float64 dot product of 1-d arrays; `einsum` because BLAS threads are slow to wake up for one vector (40x on 2 busy cores)."
     return float(np.einsum('i,i->', x, y))
 
-def _moments(x):
-    "(n, mean, m2) of float64 array `x`, two-pass."
-    if x.size == 0: return 0, 0., 0.
-    mx = float(x.sum())/x.size
-    d = x - mx
-    return x.size, mx, _dot(d, d)
+def _finite_moments(x):
+    "(n_finite, n_nan, n_inf, mean, m2) of the finite values of float64 array `x`, from `miniai.kernel.moments` (exact counts, two-pass m2)."
+    n, bad, mean, m2 = moments(torch.from_numpy(x), precise=True, minmax=False)[:4].tolist()
+    n_nan = int(np.count_nonzero(np.isnan(x)))
+    return int(n), n_nan, int(bad) - n_nan, (mean if n else 0.), (m2 if n else 0.)
 
 def _merge(n, mean, m2, nx, mx, m2x):
     "Chan's merge of running (n, mean, m2) with a chunk's (nx, mx, m2x)."
@@ -428,6 +441,11 @@ def _max_abs_finite(a, b, chunk_size):
     res = [0.]*4
     for i in range(0, a.size, chunk_size):
         x, y = np.asarray(a[i:i+chunk_size], dtype=np.float64), np.asarray(b[i:i+chunk_size], dtype=np.float64)
+        lo_x, hi_x, lo_y, hi_y = float(x.min()), float(x.max()), float(y.min()), float(y.max())   # NaN and Inf show here
+        if all(map(math.isfinite, (lo_x, hi_x, lo_y, hi_y))):   # all finite: no masks, no copies
+            ma, mb = max(hi_x, -lo_x), max(hi_y, -lo_y)
+            res = [max(r, v) for r, v in zip(res, [ma, mb, ma, mb])]
+            continue
         fin_x, fin_y = np.isfinite(x), np.isfinite(y)
         both = fin_x & fin_y
         res = [max(r, _max_abs(v)) for r, v in zip(res, [x[fin_x], y[fin_y], x[both], y[both]])]
@@ -466,15 +484,17 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
             na, mean_a, m2a = _merge(na, mean_a, m2a, m, mx, m2x)
             nb, mean_b, m2b = _merge(nb, mean_b, m2b, m, my, m2y)
         else:
-            fin_x, fin_y = np.isfinite(x), np.isfinite(y)
+            # the statistics kernel: exact NaN/Inf counts, and moments of the finite values (in A's and B's own scale)
+            nx, nan_x_n, inf_x_n, mx, m2x = _finite_moments(scaled(x, sa))
+            ny, nan_y_n, inf_y_n, my, m2y = _finite_moments(scaled(y, sb))
+            nan_a += nan_x_n; inf_a += inf_x_n; nan_b += nan_y_n; inf_b += inf_y_n
+            na, mean_a, m2a = _merge(na, mean_a, m2a, nx, mx, m2x)
+            nb, mean_b, m2b = _merge(nb, mean_b, m2b, ny, my, m2y)
+            fin_x, fin_y = np.isfinite(x), np.isfinite(y)   # positions: where each run has NaN or Inf
             nan_x, nan_y = np.isnan(x), np.isnan(y)
             inf_x, inf_y = ~fin_x & ~nan_x, ~fin_y & ~nan_y
-            nan_a += int(nan_x.sum()); nan_b += int(nan_y.sum())
-            inf_a += int(inf_x.sum()); inf_b += int(inf_y.sum())
             nan_mis += int(np.count_nonzero(nan_x != nan_y))
             inf_mis += int(np.count_nonzero((inf_x | inf_y) & ~(inf_x & (x == y))))   # Inf in one only, or of the other sign
-            na, mean_a, m2a = _merge(na, mean_a, m2a, *_moments(scaled(x[fin_x], sa)))
-            nb, mean_b, m2b = _merge(nb, mean_b, m2b, *_moments(scaled(y[fin_y], sb)))
             both = fin_x & fin_y
             x, y = x[both], y[both]
             d = d[:x.size]
@@ -516,7 +536,7 @@ def _file_kind(mode):
     return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
             else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'not a regular file')
 
-def open_npy(fn) -> np.ndarray:
+def _open_npy(fn) -> np.ndarray:
     "Memory-map `.npy` file `fn` read-only: a regular file only (no symlink, FIFO or device, so no hang), no pickle, complete."
     try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))   # O_NONBLOCK: a FIFO opens without a writer
     except OSError as e:
@@ -540,9 +560,9 @@ def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<1
     fa, fb = Path(fa), Path(fb)
     name = name or fa.name
     try:
-        try: a = open_npy(fa)
+        try: a = _open_npy(fa)
         except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: A: {type(e).__name__}: {e}'}
-        try: b = open_npy(fb)
+        try: b = _open_npy(fb)
         except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: B: {type(e).__name__}: {e}'}
         dtype_a, dtype_b = dtype_a or str(a.dtype), dtype_b or str(b.dtype)
         kinds = _dtype_kind(a.dtype), _dtype_kind(b.dtype)
@@ -556,14 +576,14 @@ def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<1
         return {'tensor_name': name, 'reason': f'ERROR: {type(e).__name__}: {e}'}
 
 # %% ../nbs/10b_dumps.ipynb #e977935f
-UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
+_UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
 
 class CompareSetupError(ValueError):
     "The dump folders cannot be compared as asked (a symlinked folder, nowhere to write the CSVs): nothing was compared."
 
 def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
 
-def display_name(name) -> str:
+def _display_name(name) -> str:
     "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
     text = os.fsencode(name).decode('utf-8', 'backslashreplace')
     return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
@@ -602,11 +622,11 @@ def _writable_dir(folder):
     try: atomic_write(probe, lambda f: f.write(b'ok')); os.unlink(probe)
     except OSError as e: raise CompareSetupError(f"cannot write the CSVs in {folder}: {e.strerror}") from None
 
-def write_csv(fn, rows, columns=CSV_COLUMNS):
+def _write_csv(fn, rows, columns=CSV_COLUMNS):
     "Atomically write `rows` (dicts keyed by `columns`; other keys are left out) to CSV file `fn`."
     buf = io.StringIO()
     writer = csv.DictWriter(buf, columns, extrasaction='ignore', lineterminator='\n')
-    writer.writeheader(); writer.writerows({**r, 'tensor_name': display_name(r['tensor_name'])} for r in rows)
+    writer.writeheader(); writer.writerows({**r, 'tensor_name': _display_name(r['tensor_name'])} for r in rows)
     atomic_write(fn, lambda f: f.write(buf.getvalue().encode()))
 
 def read_csv(fn) -> list:
@@ -652,10 +672,10 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
     for (kind, rank), res in results.items():
         for rows in res.values(): rows.sort(key=lambda r: _natural_key(r['tensor_name']))
         out = path_a/kind/'compare_rst'
-        write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
-        write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], UNCOMPARED_COLUMNS)
+        _write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
+        _write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], _UNCOMPARED_COLUMNS)
         if verbose:
-            for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {display_name(r['tensor_name'])}: {r['reason']}")
+            for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
             if len(res['uncompared']) > 20: print(f"{kind}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
             dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
             for (dta, dtb), n in dtypes.items(): print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {dta} vs B {dtb}")
@@ -719,16 +739,16 @@ def compare_main(argv=None):
     for nm in ('pathA', 'pathB'):
         path = getattr(args, nm)
         try: is_dir = Path(path).is_dir()
-        except OSError as e: p.error(f'--{nm} {display_name(path)}: {e.strerror}')
-        if not is_dir: p.error(f'--{nm} {display_name(path)} is not a folder')
+        except OSError as e: p.error(f'--{nm} {_display_name(path)}: {e.strerror}')
+        if not is_dir: p.error(f'--{nm} {_display_name(path)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
     try: res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
-    except (CompareSetupError, OSError) as e: p.error(display_name(str(e)))
+    except (CompareSetupError, OSError) as e: p.error(_display_name(str(e)))
     if not args.no_progress: print()   # end the console progress bar's line
     for (kind, rank), r in res.items(): print(_summary(kind, rank, r))
-    print(f'CSV files: {display_name(str(args.pathA))}/<kind>/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
+    print(f'CSV files: {_display_name(str(args.pathA))}/<kind>/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
     bad = find_failures(res, args.min_cosine, args.max_abs_err, args.allow_missing, args.allow_nonfinite_mismatch)
-    for where, name, why in bad[:20]: print(f'FAIL {where}/{display_name(name)}: {why}' if where else f'FAIL: {why}')
+    for where, name, why in bad[:20]: print(f'FAIL {where}/{_display_name(name)}: {why}' if where else f'FAIL: {why}')
     if len(bad) > 20: print(f'... and {len(bad) - 20} more')
     if bad: print(f'{len(bad)} failure(s): exit 1'); sys.exit(1)
     n = sum(len(r['compared']) for r in res.values())

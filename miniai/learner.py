@@ -10,7 +10,6 @@ import inspect, math, random, traceback, warnings
 from copy import copy
 from functools import partial
 from operator import attrgetter
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np, torch, matplotlib.pyplot as plt
@@ -23,30 +22,17 @@ with warnings.catch_warnings():  # torcheval's import uses torch.jit.script, whi
     warnings.simplefilter('ignore', FutureWarning)
     from torcheval.metrics import Mean
 
+from .core import def_device, to_device, to_cpu
 from .datasets import *
 
 # %% auto #0
-__all__ = ['def_device', 'to_device', 'to_cpu', 'set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException',
-           'Callback', 'run_cbs', 'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB',
-           'ProgressCB', 'baseline_conv', 'cnn_layers', 'baseline_cnn', 'SingleBatchCB', 'TrainLearner',
-           'MomentumLearner', 'LRFinderCB', 'lr_find']
+__all__ = ['set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException', 'Callback', 'run_cbs',
+           'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB', 'baseline_conv',
+           'cnn_layers', 'baseline_cnn', 'SingleBatchCB', 'TrainLearner', 'MomentumLearner', 'LRFinderCB', 'lr_find',
+           'def_device', 'to_device', 'to_cpu']
 
 # %% ../nbs/09_learner.ipynb #d9d693a5
-def_device = 'mps' if torch.backends.mps.is_available() else 'cuda' if torch.cuda.is_available() else 'cpu'
-
-def to_device(x, device=def_device):
-    "Move a tensor, or a list, tuple or dict of them, to `device`."
-    if isinstance(x, torch.Tensor): return x.to(device)
-    if isinstance(x, Mapping): return {k: to_device(v, device) for k,v in x.items()}
-    return type(x)(to_device(o, device) for o in x)
-
-def to_cpu(x):
-    "Move a tensor, or a list, tuple or dict of them, to the CPU, detached (float16 becomes float32)."
-    if isinstance(x, Mapping): return {k: to_cpu(v) for k,v in x.items()}
-    if isinstance(x, list): return [to_cpu(o) for o in x]
-    if isinstance(x, tuple): return tuple(to_cpu(list(x)))
-    res = x.detach().cpu()
-    return res.float() if res.dtype == torch.float16 else res
+_all_ = ['def_device', 'to_device', 'to_cpu']   # from miniai.core, re-exported for `from miniai.learner import *`
 
 def set_seed(seed, deterministic=False):
     "Seed Python, numpy and torch; `deterministic` also asks torch for deterministic algorithms."

@@ -1,4 +1,4 @@
-"""`StatisticsConfig`, `ActivationStatisticsHook` and `StatisticsCollector`: mean, std, min, max, sparsity, percentiles and histograms of every layer over a whole run, exact across batches and ranks, exported as JSON or quantization ranges.
+"""`StatisticsConfig`, `ActivationStatisticsHook` and `StatisticsCollector`: mean, std, min, max, sparsity, percentiles and histograms of every layer over a whole run, at the cost of lesson 10's hooks: every number exact or an estimate with a stated bound, merged across batches and ranks, exported as JSON or quantization ranges.
 
 Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
 # %% ../nbs/10a_statistics.ipynb #c0c02751
 from __future__ import annotations
-import math, json, os, tempfile, warnings, datetime, weakref, functools
+import math, json, os, warnings, datetime, weakref
 from dataclasses import dataclass, field, asdict
 from typing import List, Optional, Union
 
@@ -17,26 +17,29 @@ from torch import nn
 
 from .datasets import *
 from .learner import *
-from .activations import Hooks, moments, merge_moments, tensor_items, skip_reason, default_mod_filter, HooksCallback
+from .kernel import moments, merge_moments, QuantileSketch, RunningStats, sketch_alpha, SKETCH_ALPHA, MAX_SKETCH_LEVEL
+from .kernel import _as_float, _raw_batch, _merge_errors, _AUX, _bucket_tables
+from .hooks import Hooks, tensor_items, skip_reason, default_mod_filter, HooksCallback, select_modules
+from .core import write_json
 
 # %% auto #0
-__all__ = ['SKETCH_ALPHA', 'MAX_SKETCH_LEVEL', 'StatisticsConfig', 'sketch_alpha', 'QuantileSketch', 'TensorStatistics',
-           'ModuleStatistics', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook', 'ActivationWarning',
-           'check_statistics', 'StatisticsCB', 'statistics_table', 'plot_percentile_bands']
+__all__ = ['StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'StatisticsCollector', 'qparams',
+           'ActivationStatisticsHook', 'ActivationWarning', 'check_statistics', 'format_finding', 'StatisticsCB',
+           'statistics_table', 'plot_percentile_bands']
 
 # %% ../nbs/10a_statistics.ipynb #3320103f
 @dataclass
 class StatisticsConfig:
     "What to collect on each hooked tensor, and how much it may cost."
-    # Basic statistics (all come from one moments pass; these flags decide what is reported)
+    # Basic statistics (all come from the same per-batch sums; these flags decide what is reported)
     collect_mean: bool = True
     collect_std: bool = True
     collect_min_max: bool = True
-    collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from the sketch, 0.5% relative error
+    collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from a sketch of sampled values, with bounds
     # Advanced statistics
     collect_histogram: bool = False   # equal-width bins over [min, max], rebinned from the sketch at read time
     histogram_bins: int = 100
-    collect_sparsity: bool = False    # fraction of values exactly 0 (one int64 count)
+    collect_sparsity: bool = False    # fraction of values exactly 0 (from the samples, with a bound; exact with `exact`)
     # Performance settings
     update_frequency: int = 1         # record every Nth call of each module; skipped calls cost nothing
     max_samples: Optional[int] = 1000 # keep up to this many values per statistic for exact percentiles (8 bytes each)
@@ -44,12 +47,20 @@ class StatisticsConfig:
     max_memory_mb: Optional[float] = None  # hard cap on the collector's own memory; degrades (documented) when reached
     # Beyond the usual API
     collect_input: bool = True        # also collect the statistics of each module's input
+    exact: bool = False               # every value of every batch: float64 moments, exact zeros, sketch of all values (slow)
+    every: Optional[int] = None       # record every Nth call: the same as update_frequency, which it sets
 
     def __post_init__(self):
         self.collect_percentiles = [p for p in (self.collect_percentiles or [])]
         bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
         _check_int('update_frequency', self.update_frequency, 1)
+        if self.every is not None:
+            _check_int('every', self.every, 1, ' or None')
+            if self.update_frequency not in (1, self.every):
+                raise ValueError(f"every={self.every} and update_frequency={self.update_frequency} disagree; give one of them")
+            self.update_frequency = self.every
+        self.every = self.update_frequency
         _check_int('histogram_bins', self.histogram_bins, 1)
         if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
         if self.max_memory_mb is not None: _check_number('max_memory_mb', self.max_memory_mb, 0, ' (None: no limit)')
@@ -67,173 +78,6 @@ def _check_int(name, v, lo, hint=''):
     if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
         raise ValueError(f"{name} must be an int >= {lo}{hint}, got {v!r}")
 
-# %% ../nbs/10a_statistics.ipynb #86176a51
-SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
-_GAMMA = (1 + SKETCH_ALPHA) / (1 - SKETCH_ALPHA)
-_LOG_GAMMA = math.log(_GAMMA)
-_K = 4095                                             # buckets per sign at level 0
-_KEY0 = -2047                                         # the first bucket holds (gamma^-2048, gamma^-2047]
-MAX_SKETCH_LEVEL = 4                                  # coarsest level used to save memory (alpha ~ 8%)
-
-def sketch_alpha(level=0):
-    "Relative value error bound of a `QuantileSketch` at coarsening `level`."
-    g = _GAMMA ** (2**level)
-    return (g - 1) / (g + 1)
-
-def _buckets_per_sign(level): return -(-_K // 2**level)
-
-@functools.lru_cache(maxsize=None)
-def _bucket_tables(level):
-    "`(values, lo, hi)` of the buckets at `level`, computed once per level (numpy, read-only)."
-    k, step = _buckets_per_sign(level), 2**level
-    j = np.arange(k)
-    lo = np.exp((_KEY0 + j*step - 1) * _LOG_GAMMA)
-    hi = np.exp((_KEY0 + (j + 1)*step - 1) * _LOG_GAMMA)
-    rep = 2 * lo * hi / (lo + hi)
-    lo, hi = lo * (1 - 1e-5), hi * (1 + 1e-5)           # 1e-5: float32 rounding of the bucket key
-    lo[0], hi[-1] = 0., math.inf                         # values beyond the range are clamped into the end buckets
-    res = (np.concatenate([-rep[::-1], [0.], rep]), np.concatenate([-hi[::-1], [0.], lo]), np.concatenate([-lo[::-1], [0.], hi]))
-    for a in res: a.flags.writeable = False
-    return res
-
-class QuantileSketch:
-    "Mergeable log-bucket quantile sketch of a stream of values (int64 counts on the values' device, no host sync to add)."
-    def __init__(self, device='cpu', level=0):
-        self.level = level
-        self.counts = torch.zeros(2*self.k + 1, dtype=torch.int64, device=device)
-
-    @property
-    def k(self):
-        "Buckets per sign at this level (the zero bucket is `counts[k]`)."
-        return _buckets_per_sign(self.level)
-    @property
-    def alpha(self):
-        "Relative value error bound of the percentiles at this level."
-        return sketch_alpha(self.level)
-    @property
-    def nbytes(self):
-        "Bytes held by the counts."
-        return self.counts.numel() * 8
-    @staticmethod
-    def nbytes_at(level):
-        "Bytes a sketch at `level` holds."
-        return (2*_buckets_per_sign(level) + 1) * 8
-
-    def add(self, x, n_nonfinite=None):
-        "Count the finite values of `x`; `n_nonfinite` (a device tensor) saves a pass when already known."
-        if x.device != self.counts.device: self.counts = self.counts.to(x.device)
-        self.counts += self.batch_counts(x, self.level, n_nonfinite)
-        return self
-
-    @staticmethod
-    def batch_counts(x, level=0, n_nonfinite=None):
-        "The bucket counts (int64, on `x`'s device) of the finite values of `x` alone, at `level`."
-        x = x.detach().reshape(-1)
-        if x.dtype not in (torch.float32, torch.float64): x = x.float()
-        k = _buckets_per_sign(level)
-        clean = torch.nan_to_num(x, nan=0., posinf=0., neginf=0.)      # non-finite -> zero bucket, taken back below
-        idx = clean.abs().clamp_(min=1e-30).log_().mul_(1/_LOG_GAMMA).ceil_()  # the bucket key (log(0) is slow: clamp first;
-                                                                                # zeros still go to the zero bucket, by their sign)
-        if level: idx.sub_(_KEY0).div_(2**level).floor_().clamp_(0, k - 1).add_(1)
-        else: idx.clamp_(_KEY0, _KEY0 + k - 1).sub_(_KEY0 - 1)           # 1..k by magnitude
-        idx = torch.addcmul(idx.new_full((), k), clean.sign_(), idx)    # negatives k-1..0, zero k, positives k+1..2k
-        counts = torch.zeros(2*k + 1, dtype=torch.int64, device=x.device)
-        counts.scatter_add_(0, idx.long(), torch.ones((), dtype=torch.int64, device=x.device).expand(x.numel()))
-        if n_nonfinite is None: n_nonfinite = (~torch.isfinite(x)).sum()
-        counts[k:k+1].sub_(n_nonfinite.to(torch.int64))
-        return counts
-
-    def coarsen(self, level=None):
-        "Add neighbouring buckets until the sketch is at `level` (default: one level coarser)."
-        level = self.level + 1 if level is None else level
-        while self.level < level:
-            k, nk = self.k, _buckets_per_sign(self.level + 1)
-            def halve(store): return torch.cat([store, store.new_zeros(2*nk - k)]).view(nk, 2).sum(1)
-            neg, zero, pos = self.counts[:k].flip(0), self.counts[k:k+1], self.counts[k+1:]
-            self.counts = torch.cat([halve(neg).flip(0), zero, halve(pos)])
-            self.level += 1
-        return self
-
-    def merge(self, other):
-        "Add the counts of `other` (coarsening whichever is finer)."
-        if other.level > self.level: self.coarsen(other.level)
-        counts = other.counts if other.level == self.level else QuantileSketch.from_counts(other.counts, other.level).coarsen(self.level).counts
-        self.counts += counts.to(self.counts.device)
-        return self
-
-    @classmethod
-    def from_counts(cls, counts, level):
-        "A sketch holding a copy of `counts` at `level`."
-        res = cls.__new__(cls)
-        res.level, res.counts = level, counts.clone()
-        return res
-
-    def values(self):
-        "The value each bucket reports, ascending (numpy float64, read-only: shared by all sketches at this level)."
-        return _bucket_tables(self.level)[0]
-
-    def bucket_bounds(self):
-        "`(lo, hi)` arrays: every value counted in bucket `j` lies in `[lo[j], hi[j]]` (the end buckets reach 0 and ±inf)."
-        return _bucket_tables(self.level)[1:]
-
-    @property
-    def exact_range(self):
-        "Magnitudes within which the `alpha` bound holds; smaller and larger ones share the end buckets."
-        return math.exp(_KEY0 * _LOG_GAMMA), math.exp((_KEY0 + self.k * 2**self.level - 1) * _LOG_GAMMA)
-
-    def quantile_details(self, qs, vmin=None, vmax=None, counts=None):
-        "`dict(values, bounds, beyond_range)`: percentiles `qs`, intervals `(lo, hi)` that surely hold the true ones, and whether an end bucket was used (then `alpha` does not bound the error)."
-        counts = self.counts.cpu().numpy() if counts is None else counts
-        n = int(counts.sum())
-        if n == 0: return dict(values=[math.nan]*len(qs), bounds=[(math.nan, math.nan)]*len(qs), beyond_range=False)
-        cum, reps, (los, his), k = np.cumsum(counts), self.values(), self.bucket_bounds(), self.k
-        def at(rank):
-            "(value, lo, hi) of the value of rank `rank`, and its bucket (None: exact)."
-            if rank == 0 and vmin is not None: return (vmin, vmin, vmin), None
-            if rank == n - 1 and vmax is not None: return (vmax, vmax, vmax), None
-            j = int(np.searchsorted(cum, rank, side='right'))
-            return (reps[j], los[j], his[j]), j
-        def clamp(v):
-            if vmin is not None: v = max(v, vmin)
-            if vmax is not None: v = min(v, vmax)
-            return float(v)
-        values, bounds, used = [], [], set()
-        for q in qs:
-            r = q / 100 * (n - 1)
-            lo = math.floor(r)
-            frac = r - lo
-            (a, ja), (b, jb) = at(lo), at(min(lo + 1, n - 1))
-            used.update({ja} | ({jb} if frac else set()))
-            # (1-f)*a + f*b, not a + f*(b - a): b - a may overflow
-            v, l, h = ((1 - frac) * x + frac * y if frac else x for x, y in zip(a, b))
-            values.append(clamp(v))
-            l, h = clamp(l), clamp(h)
-            bounds.append((clamp(l - 4*np.spacing(abs(l))), clamp(h + 4*np.spacing(abs(h)))))  # + the interpolation's rounding
-        return dict(values=values, bounds=bounds, beyond_range=bool(used & {0, k - 1, k + 1, 2*k}))
-
-    def quantiles(self, qs, vmin=None, vmax=None, counts=None):
-        "Percentiles `qs` (0..100) with numpy's linear interpolation, clamped to the exact `[vmin, vmax]` when given."
-        return self.quantile_details(qs, vmin, vmax, counts)['values']
-
-    def histogram(self, bins, vmin, vmax, counts=None):
-        "Equal-width histogram over `[vmin, vmax]` (fewer bins if the range cannot be split into `bins`): each bucket's count goes to the bin holding its value."
-        counts = self.counts.cpu().numpy() if counts is None else counts
-        edges = _bin_edges(bins, vmin, vmax)
-        idx = np.searchsorted(edges, np.clip(self.values(), vmin, vmax), side='right') - 1
-        hist = np.zeros(len(edges) - 1, dtype=np.int64)
-        np.add.at(hist, idx.clip(0, len(hist) - 1), counts.astype(np.int64))
-        k = self.k
-        return dict(edges=edges.tolist(), counts=hist.tolist(), estimated=True, relative_error=self.alpha,
-                    beyond_range=int(counts[[0, k - 1, k + 1, 2*k]].sum()))
-
-def _bin_edges(bins, vmin, vmax):
-    "`bins + 1` equal-width edges over `[vmin, vmax]`, or fewer when floats cannot split the range (one zero-width bin for a constant)."
-    if not vmax > vmin: return np.array([vmin, vmax], dtype=np.float64)
-    t = np.linspace(0., 1., bins + 1)
-    edges = (1 - t) * vmin + t * vmax                  # no vmax - vmin: it overflows for ±1e308
-    edges[0], edges[-1] = vmin, vmax
-    return np.unique(edges)
-
 # %% ../nbs/10a_statistics.ipynb #3afa96c6
 @dataclass
 class TensorStatistics:
@@ -250,6 +94,8 @@ class TensorStatistics:
     percentile_error: Optional[float] = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
     percentile_bounds: Optional[dict] = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
     reasons: dict = field(default_factory=dict)  # why a field is None or not finite, e.g. {'std': 'overflow'}
+    errors: dict = field(default_factory=dict)   # bounds on the absolute error of mean, std, sparsity_ratio (0: exact)
+    estimated: list = field(default_factory=list)  # the fields estimated from samples (their bounds: `errors`, `percentile_bounds`)
 
     def to_dict(self):
         "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
@@ -261,6 +107,8 @@ class TensorStatistics:
         if self.histogram is not None: d['histogram'] = self.histogram
         elif 'histogram' in self.reasons: d.update(histogram=None, histogram_reason=self.reasons['histogram'])
         d.update(count=self.count, nonfinite=self.nonfinite)
+        if self.errors: d['errors'] = {k: _json_float(v) for k, v in self.errors.items()}
+        d['estimated'] = list(self.estimated)
         if self.percentiles:
             d['percentiles_estimated'] = self.percentile_error != 0
             _put(d, 'percentile_error', self.percentile_error, self._why('percentile_error'))
@@ -301,66 +149,38 @@ def _put(d, key, v, reason):
     if d[key] is None: d[f'{key}_reason'] = reason
 
 # %% ../nbs/10a_statistics.ipynb #dc9e8041
-_BASE_BYTES = 6*8 + 8          # moments vector + zero count
+_BASE_BYTES = (6 + 2 + len(_AUX)) * 8    # moments, error bounds, counters
 
-def _empty_moments(device):
-    return torch.tensor([0., 0., 0., 0., math.inf, -math.inf], dtype=torch.float64, device=device)
-
-class _BatchStats:
-    "Per-batch statistics of one tensor, each computed at most once: moments, sketch counts (per level), zero count."
-    def __init__(self, x):
-        self.x, self.moments, self._counts, self._zeros = x, moments(x, precise=True), {}, None
-    def counts(self, level):
-        if level not in self._counts: self._counts[level] = QuantileSketch.batch_counts(self.x, level, self.moments[1])
-        return self._counts[level]
-    def zeros(self):
-        if self._zeros is None: self._zeros = (self.x == 0).sum()
-        return self._zeros
-    def release(self): self.x = None    # keep the results, not the activation
-
-class _Stream:
-    "The device-side state of one statistic."
-    def __init__(self, device, level=None, max_samples=None):
-        self.moms = _empty_moments(device)
-        self.zeros = torch.zeros((), dtype=torch.int64, device=device)
-        self.sketch = None if level is None else QuantileSketch(device, level)
+class _Stream(RunningStats):
+    "One statistic of a collector: a `RunningStats`, plus a buffer of the first `max_samples` values for exact percentiles."
+    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False):
+        super().__init__(device, level, exact=exact, zeros=zeros)
         self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64, device=device)
         self.filled = 0                                  # values in buf (host int: known from shapes)
-        self.exact = self.buf is not None                # buf holds every value seen
+        self.complete = self.buf is not None             # buf holds every value seen
 
     @property
     def nbytes(self):
         return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
 
-    def drop_buffer(self): self.buf, self.exact = None, False
+    def drop_buffer(self): self.buf, self.complete = None, False
+    def drop_sketch(self): self.flush(); self.sketch = None
 
-    def zero_count(self):
-        "Exact zeros seen (device tensor): the sketch's zero bucket when there is a sketch."
-        return self.sketch.counts[self.sketch.k] if self.sketch is not None else self.zeros
-
-    def drop_sketch(self):
-        self.zeros = self.zero_count().clone()
-        self.sketch = None
-
-    def update(self, x, sparsity, batch=None):
-        "Add tensor `x`; `batch` (a `_BatchStats` of `x`) shares per-batch work between streams seeing the same tensor."
-        x = x.detach()
+    def update(self, x, raw=None):
+        "Add flat float tensor `x` (`raw`: its `_raw_batch`, shared between streams that see the same tensor)."
         if self.moms.device != x.device: self._to(x.device)
-        batch = batch or _BatchStats(x)
-        self.moms = merge_moments(self.moms, batch.moments)
-        if sparsity and self.sketch is None: self.zeros += batch.zeros()   # else the sketch's zero bucket counts them
-        if self.sketch is not None: self.sketch.counts += batch.counts(self.sketch.level)
         if self.buf is not None:
             n = x.numel()
             if self.filled + n <= self.buf.numel():
-                self.buf[self.filled:self.filled + n] = x.reshape(-1)
+                self.buf[self.filled:self.filled + n] = x
                 self.filled += n
             else: self.drop_buffer()
+        self.record(x, raw)
 
     def _to(self, device):
-        self.moms, self.zeros = self.moms.to(device), self.zeros.to(device)
-        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(device)
+        super()._to(device)
         if self.buf is not None: self.buf = self.buf.to(device)
+
 
 # %% ../nbs/10a_statistics.ipynb #76bdf6b0
 class StatisticsCollector:
@@ -372,7 +192,7 @@ class StatisticsCollector:
     def reset(self):
         "Forget everything collected (the config stays)."
         cfg = self.config
-        self._streams, self._modules, self.skipped, self.memory_log, self._recent = {}, {}, {}, [], {}
+        self._streams, self._modules, self.skipped, self.memory_log, self._recent = {}, {}, {}, [], None
         self.call_count, self._warned = 0, False
         self._wants_sketch = bool(cfg.collect_percentiles) or cfg.collect_histogram
         self._use_sketch, self._level = self._wants_sketch, 0
@@ -399,23 +219,22 @@ class StatisticsCollector:
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 stream = self._stream((name, kind, key), t.device, sname)
-                if stream is not None: stream.update(t, cfg.collect_sparsity, self._batch_stats(t))
-        for entry in self._recent.values(): entry[2].release()        # keep no activation between calls
+                if stream is None: continue
+                x = _as_float(t)
+                stream.update(x, self._shared_raw(t, x, stream))
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
         meta['last_updated'] = datetime.datetime.now().isoformat(timespec='seconds')
 
-    def _batch_stats(self, t):
-        "The `_BatchStats` of tensor `t`, shared with the last few tensors seen (a module's input is often the previous output)."
-        hit = self._recent.get(id(t))
-        if hit is not None and hit[0]() is t and hit[1] == t._version:
-            hit[2].x = t.detach()
-            return hit[2]
-        res = _BatchStats(t.detach())
-        self._recent = {k: v for k, v in list(self._recent.items())[-1:]}   # this tensor and the one before it
-        self._recent[id(t)] = (weakref.ref(t), t._version, res)
-        return res
+    def _shared_raw(self, t, x, stream):
+        "The hot path's raw statistics of tensor `t` (flat float `x`), shared with the next stream that sees the same tensor (a module's input is often the previous output); None when `stream` takes `x` whole."
+        if stream.exact or x.numel() <= stream.sample: return None
+        hit = self._recent
+        if hit is not None and hit[0]() is t and hit[1] == t._version: return hit[2]
+        raw = _raw_batch(x, stream.sample, stream._rng)
+        self._recent = (weakref.ref(t), t._version, raw)
+        return raw
 
     def _module_meta(self, name):
         if name not in self._modules:
@@ -429,7 +248,8 @@ class StatisticsCollector:
         if s is not None: return s
         if not self._make_room(sname): return None
         s = self._streams[key] = _Stream(device, self._level if self._use_sketch else None,
-                                         self.config.max_samples if self._use_buffer else None)
+                                         self.config.max_samples if self._use_buffer else None,
+                                         exact=self.config.exact, zeros=self.config.collect_sparsity)
         return s
 
     def _need(self):
@@ -478,43 +298,99 @@ def _exact_percentiles(vals, qs):
         out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
     return out
 
+def _rank_bound(r, q):
+    "A bound (3 standard errors, binomial) on how far the sampled values' rank of percentile `q` may be from the true rank, as a fraction; 0 when nothing was sampled."
+    K, ws, w, u = r['sampled'], r['sampled_weight'], r['weight'], r['unsampled']
+    if not K: return 0.
+    p = q / 100
+    return 3 * math.sqrt(max(p * (1 - p), 1 / K) / K) * (ws / w) + u / (w + u)
+
+def _sampled_percentiles(sk, qs, r, vmin, vmax, counts):
+    "`(values, bounds)`: percentiles from sketch `sk` of sampled values, and intervals widened by the sampling's rank bound."
+    det = sk.quantile_details(qs, vmin, vmax, counts=counts)
+    bounds = []
+    for q, (lo, hi) in zip(qs, det['bounds']):
+        e = 100 * _rank_bound(r, q)
+        if e:
+            lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
+            hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
+        bounds.append((lo, hi))
+    return det, bounds
+
+def _relative_error(v, lo, hi):
+    "The largest relative distance from `v` to the ends of `[lo, hi]` (0 for a point, inf when `v` is 0 and the interval is not)."
+    d = max(v - lo, hi - v)
+    return 0. if d == 0 else (d / abs(v) if v else math.inf)
+
+def _rescale(counts, n):
+    "Integer `counts` scaled to sum to `n` (largest remainders get the rounding)."
+    c = np.asarray(counts, dtype=np.float64)
+    if not c.sum(): return list(counts)
+    x = c * (n / c.sum())
+    res = np.floor(x).astype(np.int64)
+    res[np.argsort(res - x)[:n - int(res.sum())]] += 1
+    return res.tolist()
+
 @patch
 def _read_stream(self:StatisticsCollector, s):
     cfg = self.config
-    n, bad, mean, m2, mn, mx = s.moms.cpu().tolist()
-    n, bad = int(n), int(bad)
+    r = s.read()
+    n, bad, mean, mn, mx = r['count'], r['nonfinite'], r['mean'], r['min'], r['max']
     res = TensorStatistics(count=n, nonfinite=bad)
-    why = res.reasons
+    why, est = res.reasons, res.estimated
     none = 'no finite values'
     if cfg.collect_mean:
         res.mean = mean if n else math.nan
         if n and not math.isfinite(mean): why['mean'] = 'overflow'
+        if n: res.errors['mean'] = r['mean_error']
+        if r['est_batches']: est.append('mean')
     if cfg.collect_std:
-        res.std = math.sqrt(m2 / (n - 1)) if n > 1 else math.nan
+        res.std = r['std']
         if n == 1: why['std'] = 'needs at least 2 finite values'
         elif n > 1 and not math.isfinite(res.std): why['std'] = 'overflow'
-    if cfg.collect_min_max: res.min, res.max = (mn, mx) if n else (math.nan, math.nan)
-    if cfg.collect_sparsity: res.sparsity_ratio = int(s.zero_count()) / n if n else math.nan
+        if n > 1: res.errors['std'] = r['std_error']
+        if r['est_batches']: est.append('std')
+    if r['est_batches']:
+        why['estimated'] = f"{int(r['est_batches'])} batches held NaN/Inf or overflowed float32 sums: their mean and std come from their samples"
+    if cfg.collect_min_max:
+        res.min, res.max = (mn, mx) if n else (math.nan, math.nan)
+        if r['minmax_est_batches']:
+            est += ['min', 'max']
+            why['min'] = why['max'] = 'batches with NaN/Inf contribute the min and max of their samples: the true min may be lower, the max higher'
+    if cfg.collect_sparsity:
+        w = r['weight']
+        res.sparsity_ratio = r['zeros'] / w if w else math.nan
+        if w and r['sampled']:
+            p = res.sparsity_ratio
+            res.errors['sparsity_ratio'] = 3 * math.sqrt(max(p * (1 - p), 1 / r['sampled']) / r['sampled']) * (r['sampled_weight'] / w) + r['unsampled'] / (w + r['unsampled'])
+            est.append('sparsity_ratio')
+        elif w: res.errors['sparsity_ratio'] = 0.
     counts = s.sketch.counts.cpu().numpy() if s.sketch is not None else None
     if cfg.collect_percentiles:
         qs = cfg.collect_percentiles
-        if s.exact and s.buf is not None:
+        if s.complete and s.buf is not None:
             vals = s.buf[:s.filled].cpu().numpy()
             vals = vals[np.isfinite(vals)]
             res.percentiles = dict(zip(qs, _exact_percentiles(vals, qs) if len(vals) else [math.nan]*len(qs)))
             res.percentile_error = 0.
         elif counts is not None:
-            det = s.sketch.quantile_details(qs, mn if n else None, mx if n else None, counts=counts)
+            det, bounds = _sampled_percentiles(s.sketch, qs, r, mn if n else None, mx if n else None, counts)
             res.percentiles = dict(zip(qs, det['values']))
-            res.percentile_bounds = dict(zip(qs, det['bounds'])) if n else None
-            res.percentile_error = math.inf if det['beyond_range'] else s.sketch.alpha
+            res.percentile_bounds = dict(zip(qs, bounds)) if n else None
             if det['beyond_range']:
                 lo, hi = s.sketch.exact_range
+                res.percentile_error = math.inf
                 why['percentile_error'] = f'values beyond the sketch range ({lo:.2g} <= |x| <= {hi:.2g}): only percentile_bounds hold'
+            elif r['sampled'] and n:
+                res.percentile_error = max(_relative_error(v, lo, hi) for v, (lo, hi) in zip(det['values'], bounds))
+                est.append('percentiles')
+            else: res.percentile_error = s.sketch.alpha
         else: why['percentiles'] = 'the sketch was dropped to respect max_memory_mb'
         if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
     if cfg.collect_histogram:
-        if counts is not None and n: res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
+        if counts is not None and n:
+            res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
+            if r['sampled']: res.histogram['counts'] = _rescale(res.histogram['counts'], n)   # sampled: counts scaled to the exact total
         else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
     return res
 
@@ -570,20 +446,6 @@ def _all_qparams(mn, mx):
 # %% ../nbs/10a_statistics.ipynb #a6710d4b
 _FORMATS = ('json', 'quantization')
 
-def _atomic_write_json(obj, path):
-    "Write `obj` to `path` as strict JSON (a NaN or Infinity raises before anything is written), via a temp file and a rename."
-    text = json.dumps(obj, indent=1, allow_nan=False)
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix='.tmp-', suffix='.json')
-    try:
-        with os.fdopen(fd, 'w') as f:
-            f.write(text); f.flush(); os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp): os.remove(tmp)
-        raise
-
 @patch
 def _missing_reason(self:StatisticsCollector, name, kind):
     "Why module `name` has no `kind` ('input' or 'output') statistics."
@@ -620,7 +482,7 @@ def export_statistics(self:StatisticsCollector, format="json", path=None):
             if extra: d['other_outputs'] = extra
         else: d = _quant_entry(st.output_stats, self._missing_reason(name, 'output'))
         res[name] = d
-    if path is not None: _atomic_write_json(res, path)
+    if path is not None: write_json(path, res)
     return res
 
 # %% ../nbs/10a_statistics.ipynb #7327bd72
@@ -642,36 +504,24 @@ class ActivationStatisticsHook(StatisticsCollector):
         self.call_count += 1
         self.update_statistics(hook.name, input, output)
 
-    def attach(self, model, filter=None):
-        "Hook the modules of `model` picked by `filter`, named by their qualified names; returns the `Hooks` (a context manager)."
-        named = [(n, m) for n, m in model.named_modules() if n]
-        if isinstance(filter, (list, tuple)) and all(isinstance(o, str) for o in filter):
-            known = dict(named)
-            missing = [n for n in filter if n not in known]
-            if missing: raise ValueError(f"attach: no module named {missing} in the model; known names: {list(known)}")
-            picked = [(n, known[n]) for n in filter]
-        else:
-            if filter is None: pick = default_mod_filter
-            elif isinstance(filter, type) or (isinstance(filter, tuple) and all(isinstance(o, type) for o in filter)):
-                pick = lambda m: isinstance(m, filter)
-            elif callable(filter): pick = filter
-            else: raise TypeError(f"attach: filter must be a module type, a tuple of types, a list of names or a function, got {filter!r}")
-            picked = [(n, m) for n, m in named if pick(m)]
-        if not picked: warnings.warn("attach: no module matched the filter; nothing will be recorded")
-        hooks = Hooks([m for _, m in picked], self._named_call)
-        for h, (n, _) in zip(hooks, picked): h.name = n
-        return hooks
+    def attach(self, model, layers=None, *, filter=None):
+        "Hook the `layers` of `model` (see `select_modules`; `filter` is another name for it), named by their qualified names; returns the `Hooks` (a context manager)."
+        picked = [(n, m) for n, m in select_modules(model, layers if layers is not None else filter,
+                                                    arg='layers' if filter is None else 'filter') if n]
+        if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
+        return Hooks(picked, self._named_call)
+
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):
     "Merge stream `b` into `a` (both `_Stream`)."
-    a.moms = merge_moments(a.moms, b.moms.to(a.moms.device))
+    a.flush(); b.flush()
     if a.sketch is not None and b.sketch is not None: a.sketch.merge(b.sketch)
     else:
         for s in (a, b):
             if s.sketch is not None: s.drop_sketch()
-    a.zeros = a.zeros + b.zeros.to(a.zeros.device)
-    if a.exact and b.exact and a.filled + b.filled <= (max_samples or 0):
+    a.merge(b)
+    if a.complete and b.complete and a.filled + b.filled <= (max_samples or 0):
         buf = torch.empty(max_samples, dtype=torch.float64, device=a.moms.device)
         buf[:a.filled] = a.buf[:a.filled]; buf[a.filled:a.filled + b.filled] = b.buf[:b.filled].to(buf.device)
         a.buf, a.filled = buf, a.filled + b.filled
@@ -729,21 +579,23 @@ def state_dict(self:StatisticsCollector):
     "Everything collected, as a JSON-serialisable dict (exact: floats as hex strings)."
     streams = []
     for (name, kind, key), s in self._streams.items():
-        d = dict(name=name, kind=kind, key=key, moments=[_hex(v) for v in s.moms.cpu().tolist()], zeros=int(s.zeros))
+        moms, errs, aux = s.state()
+        d = dict(name=name, kind=kind, key=key, moments=[_hex(v) for v in moms.cpu().tolist()],
+                 errors=[_hex(v) for v in errs.cpu().tolist()], counters=dict(zip(_AUX, map(_hex, aux.cpu().tolist()))))
         if s.sketch is not None:
             c = s.sketch.counts.cpu()
             nz = torch.nonzero(c).flatten()
             d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
-        if s.exact and s.buf is not None: d['values'] = [_hex(v) for v in s.buf[:s.filled].cpu().tolist()]
+        if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in s.buf[:s.filled].cpu().tolist()]
         streams.append(d)
-    return dict(version=1, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
+    return dict(version=2, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
                 use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
                 skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()}, streams=streams)
 
 @patch
 def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
     "Replace this collector's state by `sd` (from `state_dict`), on `device`."
-    if sd.get('version') != 1: raise ValueError(f"load_state_dict: unknown state version {sd.get('version')!r}")
+    if sd.get('version') != 2: raise ValueError(f"load_state_dict: unknown state version {sd.get('version')!r}")
     self.config = StatisticsConfig(**sd['config'])
     self.reset()
     self._level, self._use_sketch, self._use_buffer = sd['level'], sd['use_sketch'], sd['use_buffer']
@@ -751,15 +603,16 @@ def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
     self._modules = {k: dict(v) for k, v in sd['modules'].items()}
     for d in sd['streams']:
         sk = d.get('sketch')
-        s = _Stream(device, None)
+        s = _Stream(device, None, exact=self.config.exact, zeros=self.config.collect_sparsity)
         s.moms = torch.tensor([float.fromhex(v) for v in d['moments']], dtype=torch.float64, device=device)
-        s.zeros = torch.tensor(d['zeros'], dtype=torch.int64, device=device)
+        s.errs = torch.tensor([float.fromhex(v) for v in d['errors']], dtype=torch.float64, device=device)
+        s.aux = torch.tensor([float.fromhex(d['counters'][k]) for k in _AUX], dtype=torch.float64, device=device)
         if sk is not None:
             s.sketch = QuantileSketch(device, sk['level'])
             s.sketch.counts[torch.tensor(sk['index'], dtype=torch.long)] = torch.tensor(sk['count'], dtype=torch.int64)
         if 'values' in d and self._use_buffer:
             s.buf = torch.empty(self.config.max_samples, dtype=torch.float64, device=device)
-            s.filled, s.exact = len(d['values']), True
+            s.filled, s.complete = len(d['values']), True
             s.buf[:s.filled] = torch.tensor([float.fromhex(v) for v in d['values']], dtype=torch.float64)
         self._streams[(d['name'], d['kind'], d['key'])] = s
     return self
@@ -767,7 +620,7 @@ def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
 @patch
 def save(self:StatisticsCollector, path):
     "Write `state_dict()` to `path` as JSON, atomically."
-    _atomic_write_json(self.state_dict(), path)
+    write_json(path, self.state_dict())
 
 def _no_constant(c): raise ValueError(f"not strict JSON: {c} (statistics files write no NaN or Infinity)")
 
@@ -787,7 +640,7 @@ def all_reduce(self:StatisticsCollector, group=None):
     meta = dict(config=asdict(self.config), keys=list(self._streams), level=self._level, modules=self._modules, skipped=self.skipped,
                 call_count=self.call_count, use_buffer=self._use_buffer,
                 sketched=[s.sketch is not None for s in self._streams.values()],
-                filled=[s.filled if s.exact else -1 for s in self._streams.values()], memory_log=self.memory_log)
+                filled=[s.filled if s.complete else -1 for s in self._streams.values()], memory_log=self.memory_log)
     metas = [None] * world
     dist.all_gather_object(metas, meta, group=group)
     for r, m in enumerate(metas):                              # every rank sees the same metas, so all raise together
@@ -800,8 +653,8 @@ def all_reduce(self:StatisticsCollector, group=None):
     for k in keys:                                             # same streams, same level everywhere
         s = self._streams.get(k)
         if s is None:
-            s = self._streams[k] = _Stream(device, level if sketched[k] else None)
-            s.exact = False
+            s = self._streams[k] = _Stream(device, level if sketched[k] else None, exact=self.config.exact, zeros=self.config.collect_sparsity)
+            s.complete = False
         s._to(device)
         if s.sketch is not None:
             if sketched[k]: s.sketch.coarsen(level)
@@ -810,16 +663,19 @@ def all_reduce(self:StatisticsCollector, group=None):
     self._level = level
     streams = [self._streams[k] for k in keys]
     if streams:
-        moms = torch.stack([s.moms for s in streams])
+        moms = torch.stack([torch.cat([s.moms, s.errs]) for s in streams])
         gathered = [torch.empty_like(moms) for _ in range(world)]
         dist.all_gather(gathered, moms, group=group)
-        merged = gathered[0]
-        for g in gathered[1:]: merged = merge_moments(merged, g)
-        flat = torch.cat([s.zeros.view(1) for s in streams] + [s.sketch.counts for s in streams if s.sketch is not None])
-        dist.all_reduce(flat, group=group)
+        merged, errs = gathered[0][:, :6], gathered[0][:, 6:]
+        for g in gathered[1:]: merged, errs = merge_moments(merged, g[:, :6]), _merge_errors(merged, g[:, :6], errs, g[:, 6:])
+        aux = torch.stack([s.aux for s in streams])
+        dist.all_reduce(aux, group=group)
         for i, s in enumerate(streams):
-            s.moms, s.zeros = merged[i].clone(), flat[i].clone()
-        offset = len(streams)
+            s.moms, s.errs, s.aux = merged[i].clone(), errs[i].clone(), aux[i].clone()
+        counts = [s.sketch.counts for s in streams if s.sketch is not None]
+        flat = torch.cat(counts) if counts else torch.zeros(0, dtype=torch.int64, device=device)
+        if counts: dist.all_reduce(flat, group=group)
+        offset = 0
         for s in streams:
             if s.sketch is not None:
                 n = s.sketch.counts.numel()
@@ -835,7 +691,7 @@ def all_reduce(self:StatisticsCollector, group=None):
                 buf = torch.empty(cap, dtype=torch.float64, device=device)
                 pos = 0
                 for p, f in zip(parts, fl): buf[pos:pos + f] = p[:f]; pos += f
-                s.buf, s.filled, s.exact = buf, pos, True
+                s.buf, s.filled, s.complete = buf, pos, True
             else: s.drop_buffer()
     modules = {}
     for m in metas:
@@ -858,71 +714,94 @@ def _check_thresholds(sparsity_threshold=None, std_threshold=None, range_thresho
     for name, v in dict(std_threshold=std_threshold, range_threshold=range_threshold, skew_factor=skew_factor).items():
         if v is not None: _check_number(name, v, 0, ' (None: no check)')
 
+def _finding(layer, issue, value, threshold): return dict(layer=layer, issue=issue, value=value, threshold=threshold)
+
 def check_statistics(all_stats, sparsity_threshold=0.9, std_threshold=0.01, range_threshold=None, skew_factor=None, saturation=False):
-    "Messages about suspicious layers in `{name: ModuleStatistics}` (high sparsity, low variance; optional: narrow range, skew, saturation)."
+    "Findings about suspicious layers in `{name: ModuleStatistics}`: dicts of `layer`, `issue`, `value` and `threshold` (high sparsity, low variance; optional: narrow range, skew, saturation)."
     _check_thresholds(sparsity_threshold, std_threshold, range_threshold, skew_factor)
-    msgs = []
+    res = []
     for name, st in all_stats.items():
         o = st.output_stats
         if o is None or not o.count: continue
         if sparsity_threshold is not None and o.sparsity_ratio is not None and o.sparsity_ratio > sparsity_threshold:
-            msgs.append(f"{name} has high sparsity: {o.sparsity_ratio:.1%} of its outputs are exactly 0 (> {sparsity_threshold:.0%})")
+            res.append(_finding(name, 'high sparsity', o.sparsity_ratio, sparsity_threshold))
         if std_threshold is not None and o.std is not None and o.std < std_threshold:
-            msgs.append(f"{name} has low variance: output std {o.std:.3g} < {std_threshold}")
+            res.append(_finding(name, 'low variance', o.std, std_threshold))
         if range_threshold is not None and o.max is not None and o.max - o.min < range_threshold:
-            msgs.append(f"{name} has a very narrow activation range: {o.max - o.min:.3g} < {range_threshold}")
+            res.append(_finding(name, 'narrow range', o.max - o.min, range_threshold))
         if skew_factor is not None and o.mean is not None and o.std is not None and abs(o.mean) > skew_factor * o.std:
-            msgs.append(f"{name} has a skewed distribution: |mean| {abs(o.mean):.3g} > {skew_factor} x std {o.std:.3g}")
+            res.append(_finding(name, 'skewed', abs(o.mean) / o.std if o.std else math.inf, skew_factor))
         if saturation and 99 in o.percentiles and o.max is not None and o.percentiles[99] >= o.max:
-            msgs.append(f"{name} may saturate: its 99th percentile equals its max {o.max:.3g}")
-    return msgs
+            res.append(_finding(name, 'saturating', o.percentiles[99], o.max))
+    return res
 
+_TEMPLATES = {
+    'high sparsity': "{layer} has high sparsity: {value:.1%} of its outputs are exactly 0 (> {threshold:.0%})",
+    'low variance': "{layer} has low variance: output std {value:.3g} < {threshold}",
+    'narrow range': "{layer} has a very narrow activation range: {value:.3g} < {threshold}",
+    'skewed': "{layer} has a skewed distribution: |mean| is {value:.3g} x its std (> {threshold})",
+    'saturating': "{layer} may saturate: its 99th percentile {value:.3g} equals its max {threshold:.3g}"}
+
+def format_finding(f):
+    "A finding of `check_statistics` as one sentence."
+    return _TEMPLATES[f['issue']].format(**f)
+
+
+# %% ../nbs/10a_statistics.ipynb #2249ca69
 class StatisticsCB(HooksCallback):
-    "Collect run-wide statistics of the modules picked by `mod_filter` during fit, warning about dead or vanishing layers."
+    "Collect run-wide statistics of the `layers` (see `select_modules`) during fit, warning about dead or vanishing layers."
     order = 10
-    def __init__(self, config=None, mod_filter=None, on_train=True, on_valid=False, check_every=None,
-                 sparsity_threshold=0.9, std_threshold=0.01, per_epoch=False, mods=None):
+    def __init__(self, config=None, layers=None, on_train=True, on_valid=False, every=None,
+                 sparsity_threshold=0.9, std_threshold=0.01, per_epoch=False, *, mod_filter=None, mods=None, check_every=None, on_val=None):
+        # `mod_filter` and `mods` are other names for `layers`, `check_every` for `every`, `on_val` for `on_valid`
         _check_thresholds(sparsity_threshold, std_threshold)
         if check_every is not None: _check_int('check_every', check_every, 1, ' or None')
+        if every is not None: _check_int('every', every, 1, ' or None')
         if config is not None and not isinstance(config, StatisticsConfig):
             raise TypeError(f"StatisticsCB: config must be a StatisticsConfig, got {type(config).__name__}")
-        super().__init__(self._record, mod_filter=mod_filter, on_train=on_train, on_valid=on_valid, mods=mods)
+        super().__init__(self._record, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
         self.config = config or StatisticsConfig(collect_sparsity=True, collect_input=False)
         self.stats = ActivationStatisticsHook(self.config)
-        fc.store_attr('check_every,sparsity_threshold,std_threshold,per_epoch')
+        self.every = every if every is not None else check_every
+        fc.store_attr('sparsity_threshold,std_threshold,per_epoch')
         self.alerts, self.history, self._warned = [], [], set()
+
+    @property
+    def check_every(self): return self.every
 
     def _record(self, hook, module, input, output):
         self.stats.call_count += 1
         self.stats.update_statistics(hook.name, input, output)
 
-    def before_fit(self):
-        super().before_fit()
+    def before_fit(self, learn=None):
+        super().before_fit(learn)
         self._n = 0
 
     def check(self):
-        "Check the statistics now, warning (`ActivationWarning`) and appending to `alerts`; returns the new messages."
-        msgs = check_statistics(self.stats.get_all_statistics(), self.sparsity_threshold, self.std_threshold)
-        epoch = getattr(self.learn, 'epoch', None) if self.learn is not None else None
-        for m in msgs:
-            issue = m.split(':')[0]                     # e.g. '0 has high sparsity': warn once per layer and issue
-            if issue not in self._warned: warnings.warn(m, ActivationWarning)
-            self._warned.add(issue)
-            self.alerts.append(dict(epoch=epoch, iter=getattr(self.learn, 'iter', None), message=m))
-        return msgs
+        "Check the statistics now: returns the findings (see `check_statistics`), appends them to `alerts`, and warns (`ActivationWarning`) once per layer and issue."
+        found = check_statistics(self.stats.get_all_statistics(), self.sparsity_threshold, self.std_threshold)
+        learn = self.learn
+        epoch, it = getattr(learn, 'epoch', None), getattr(learn, 'iter', None)
+        for f in found:
+            msg = format_finding(f)
+            if (f['layer'], f['issue']) not in self._warned: warnings.warn(msg, ActivationWarning)
+            self._warned.add((f['layer'], f['issue']))
+            self.alerts.append(dict(epoch=epoch, iter=it, **f, message=msg))
+        return found
 
-    def after_batch(self):
-        super().after_batch()
+    def after_batch(self, learn=None):
+        super().after_batch(learn)
         if self.learn.training: self._n += 1
-        if self.check_every and self.learn.training and self._n % self.check_every == 0: self.check()
+        if self.every and self.learn.training and self._n % self.every == 0: self.check()
 
-    def after_epoch(self):
+    def after_epoch(self, learn=None):
         recorded = self.on_train if self.learn.training else self.on_valid
         if not recorded or not self.stats._modules: return
         self.check()
         if self.per_epoch:
             self.history.append(self.stats.get_all_statistics())
             self.stats.reset()
+
 
 # %% ../nbs/10a_statistics.ipynb #1a11e73b
 def statistics_table(stats, kind='output'):

@@ -358,3 +358,24 @@ def test_lr_find_returns_nothing(dls):
     learn = MomentumLearner(nn.Sequential(*cnn_layers()), dls, F.cross_entropy, cbs=[DeviceCB()])
     assert learn.lr_find(max_epochs=1) is None                          # no repr under the plot
     assert len(learn.lr_finder.lrs) == N_TRAIN
+
+
+def test_activation_stats_layers_aliases_every_and_findings(fit):
+    "`layers` and its aliases pick the same convolutions; `every` records every N-th batch; `diagnose` rows carry findings."
+    picked = []
+    for kw in (dict(layers=nn.Conv2d), dict(mod_filter=fc.risinstance(nn.Conv2d)), dict(mods='Conv2d'), dict(layers=['0.0', '4'])):
+        set_seed(1)
+        astats = ActivationStats(every=2, **kw)
+        fit(nn.Sequential(*cnn_layers()), xtra_cbs=[astats])
+        picked.append([h.name for h in astats])
+        assert [len(h.stats[0]) for h in astats] == [2] * len(astats)          # batches 0 and 2 of the three
+        rows = astats.diagnose(dead_frac=-1.)                                 # every layer is "dead" at this threshold
+        for r in rows:
+            assert {'layer', 'mean', 'std', 'dead', 'nonfinite', 'estimated', 'mean_err', 'std_err', 'flags', 'findings'} <= set(r)
+            dead = [f for f in r['findings'] if f['issue'] == 'dead']
+            assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=-1., measure='dead')]
+            assert r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings']))
+        assert all('dead' in line for line in format_diagnosis(rows).split('\n')[1:len(rows)+1])   # the table shows the rows' flags
+    assert picked[0] == picked[1] == picked[2] == ['0.0', '1.0', '2.0', '3.0', '4'] and picked[3] == ['0.0', '4']
+    with pytest.raises(KeyError, match=r"layers: '0.O' is neither a layer name nor a class name in the model; closest layer names: .*'0.0'"):
+        fit(nn.Sequential(*cnn_layers()), xtra_cbs=[ActivationStats(layers='0.O')])

@@ -154,3 +154,57 @@ def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
         assert len(list((folder/'grads'/'rank_0').glob('*.npy'))) == 2
         assert all(len(p.name.encode()) <= 200 for p in folder.rglob('*.npy'))
         assert not list(folder.rglob('*.tmp'))
+
+# --- issue 13: layers through hooks.select_modules, the shared basics, the direct write of new files ---------------
+
+def test_target_class_names_typo_gives_close_match(tmp_path):
+    "`target_class_names` stays the keyword; a typo is a LayerNotFoundError (and a ValueError) naming the close match, and creates nothing."
+    import torch
+    from torch import nn
+    from miniai.dumps import register_hook, register_saving_hook
+    from miniai.hooks import LayerNotFoundError
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(3))
+    for register in (register_hook, register_saving_hook):
+        with pytest.raises(LayerNotFoundError, match="closest class names: 'Conv2d'") as e:
+            register(model, path=tmp_path/'d', target_class_names=['Conv2D'])
+        assert isinstance(e.value, ValueError) and 'match no module' in str(e.value)
+    assert not (tmp_path/'d').exists() and not hasattr(model, 'saving_hook')
+
+def test_hooks_named_from_named_modules_and_modules_untouched(tmp_path):
+    "Hooks carry the qualified names; the user's modules get no attribute (only the documented `model.saving_hook`)."
+    import torch
+    from torch import nn
+    from miniai.dumps import register_saving_hook, dump_index
+    inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    model = nn.Sequential(inner)
+    before = {n: set(vars(m)) for n, m in model.named_modules()}
+    model = register_saving_hook(model, tmp_path, 'Linear', -1, -1)
+    assert [h.name for h in model.saving_hook.hooks] == ['0.0', '0.2']
+    model(torch.randn(3, 4)).sum().backward()
+    model.saving_hook.remove()
+    after = {n: set(vars(m)) for n, m in model.named_modules()}
+    assert after[''] - before[''] == {'saving_hook'} and all(after[n] == before[n] for n in before if n)
+    layers = {v['layer_name'] for v in dump_index(tmp_path/'tensors'/'rank_0').values()}
+    assert layers == {'0.0', '0.2'}
+
+def test_save_npy_new_file_and_replace(tmp_path):
+    "A new file is written in place (same bytes as np.save, no temporary); an existing one is replaced atomically; a symlink is never written through."
+    import numpy as np, torch
+    from miniai.dumps import save_npy
+    arr = np.arange(12, dtype=np.float32).reshape(3, 4)
+    save_npy(tmp_path/'a.npy', torch.from_numpy(arr)); np.save(tmp_path/'ref.npy', arr)
+    assert (tmp_path/'a.npy').read_bytes() == (tmp_path/'ref.npy').read_bytes()
+    save_npy(tmp_path/'a.npy', arr*2)                                   # the name exists: replaced
+    assert (np.load(tmp_path/'a.npy', allow_pickle=False) == arr*2).all()
+    target = tmp_path/'outside.npy'; target.write_bytes(b'keep')
+    (tmp_path/'link.npy').symlink_to(target)
+    save_npy(tmp_path/'link.npy', arr)
+    assert target.read_bytes() == b'keep' and not (tmp_path/'link.npy').is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a.npy', 'link.npy', 'outside.npy', 'ref.npy']
+
+def test_compare_startup_stays_light():
+    "Importing miniai.dumps (what `miniai-compare` does) loads neither the learner nor the hooks."
+    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.dumps; print(sorted(m for m in sys.modules if m.startswith("miniai")))'],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert 'miniai.learner' not in res.stdout and 'miniai.hooks' not in res.stdout, res.stdout

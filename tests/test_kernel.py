@@ -5,7 +5,7 @@ import math
 from fractions import Fraction
 import numpy as np, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from miniai.activations import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs
+from miniai.kernel import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs
 
 settings.register_profile('kernel', max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('kernel')
@@ -124,3 +124,47 @@ def test_estimated_bounds_are_calibrated():
     inside_std = [abs(rec.stds[i].item() - f.std().item()) <= err['std'][i].item() for i, f in enumerate(xs)]
     assert sum(inside_mean) >= 0.97 * len(xs) and sum(inside_std) >= 0.97 * len(xs), (sum(inside_mean), sum(inside_std))
     assert rec.nonfinite.tolist() == [400] * 300
+
+
+# ----- RunningStats: the run-wide recorder
+
+from miniai.kernel import RunningStats
+
+@given(DTYPES.flatmap(lambda d: values(d, max_size=120)), st.lists(st.integers(0, 120), max_size=5))
+def test_running_stats_small_batches_exact(x, cuts):
+    "Batches of at most `sample` values are kept whole: counts, min and max exact, mean and m2 as the reference, any split."
+    cuts = sorted({min(c, len(x)) for c in cuts} | {0, len(x)})
+    rs = RunningStats(sample=256)
+    rs.flush_every = 3                                # several folds even for a few batches
+    with count_syncs() as cs:
+        for a, b in zip(cuts, cuts[1:]):
+            if b > a: rs.record(x[a:b].float() if x.dtype in (torch.float16, torch.bfloat16) else x[a:b])
+    assert cs.n == 0
+    r, e = rs.read(), ref(x)
+    assert (r['count'], r['nonfinite']) == (e['n'], e['bad'])
+    assert r['est_batches'] == r['minmax_est_batches'] == r['sampled'] == 0
+    if e['n']:
+        assert (Fraction(r['min']), Fraction(r['max'])) == (e['min'], e['max'])
+        scale = max(abs(e['min']), abs(e['max'])) or 1
+        # plus half the smallest float64 subnormal: a mean between two subnormals is not representable ([0, 2^-1074])
+        assert abs(Fraction(r['mean']) - e['mean']) <= Fraction(1, 10**12) * scale + Fraction(2.**-1074) / 2
+        assert r['mean_error'] == 0
+
+
+@settings(max_examples=25)
+@given(st.integers(0, 2**31), st.sampled_from([0., 0.01, 0.3]), st.sampled_from([1., 1e30]))
+def test_running_stats_sampled_within_bounds(seed, bad_frac, scale):
+    "Large batches: exact counts; mean and std within the stated bounds, whether from the raw sums or (NaN/Inf, overflow) the sample."
+    g = torch.Generator().manual_seed(seed)
+    xs = [(torch.randn(40_000, generator=g) * scale + scale) for _ in range(5)]
+    for x in xs[::2]: x[torch.rand(40_000, generator=g) < bad_frac] = math.nan
+    rs = RunningStats(sample=4096)
+    for x in xs: rs.record(x)
+    r = rs.read()
+    allx = torch.cat(xs).double()
+    fin = allx[allx.isfinite()]
+    assert (r['count'], r['nonfinite']) == (fin.numel(), allx.numel() - fin.numel())
+    assert abs(r['mean'] - fin.mean().item()) <= r['mean_error'] + 1e-12 * scale
+    assert abs(r['std'] - fin.std().item()) <= r['std_error'] + 1e-12 * scale
+    assert (r['est_batches'] > 0) == (bad_frac > 0 or scale > 1e19)
+    if not bad_frac: assert (r['min'], r['max']) == (fin.min().item(), fin.max().item())

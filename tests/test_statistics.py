@@ -1,4 +1,5 @@
-"""Two gloo ranks under torchrun, each seeing half the batches, merge (all_reduce) into exactly what one process computes."""
+"""Two gloo ranks under torchrun, each seeing half the batches, merge (all_reduce) into exactly what one process computes
+(with `exact=True`), or, sampling (the default), into the same counts and ranges, and means and stds within their bounds."""
 import json, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
@@ -15,7 +16,7 @@ WORKER = textwrap.dedent('''
         set_seed(0)
         model = baseline_cnn()                      # same weights on every rank
         cfg = StatisticsConfig(collect_percentiles=[1, 25, 50, 75, 99, 99.9], collect_sparsity=True,
-                               collect_histogram=True, histogram_bins=20, max_samples=400)
+                               collect_histogram=True, histogram_bins=20, max_samples=400, exact=EXACT)
         hook = ActivationStatisticsHook(cfg)
         with hook.attach(model, filter=lambda m: not isinstance(m, nn.Sequential)), torch.no_grad():
             for i, xb in batches:
@@ -33,8 +34,8 @@ WORKER = textwrap.dedent('''
     g = torch.Generator().manual_seed(1)
     data = [(i, torch.randn(16, 1, 28, 28, generator=g) * (1 + i % 3)) for i in range(12)]
     data[5][1][0, 0, 0, 0] = float('nan')                                    # a NaN, counted not averaged
-    out_dir = sys.argv[1]
-    if len(sys.argv) > 2 and sys.argv[2] == 'single':
+    out_dir, EXACT = sys.argv[1], sys.argv[2] == 'exact'
+    if len(sys.argv) > 3 and sys.argv[3] == 'single':
         run(data, os.path.join(out_dir, 'single.json'), False)
     else:
         import torch.distributed as dist
@@ -60,24 +61,49 @@ def _close(a, b, path=''):
     else: assert a == b, (path, a, b)
 
 
-def test_all_reduce_two_ranks_equals_single_process(tmp_path):
+def _run(tmp_path, mode):
     script = tmp_path / 'worker.py'
     script.write_text(WORKER)
-    subprocess.run([sys.executable, str(script), str(tmp_path), 'single'], check=True, env=torchrun_env(), timeout=120)
-    proc = run_two_ranks(script, tmp_path, timeout=180)
+    subprocess.run([sys.executable, str(script), str(tmp_path), mode, 'single'], check=True, env=torchrun_env(), timeout=120)
+    proc = run_two_ranks(script, tmp_path, mode, timeout=180)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     single = json.loads((tmp_path / 'single.json').read_text())
     ranks = [json.loads((tmp_path / f'rank{r}.json').read_text()) for r in range(2)]
     assert ranks[0] == ranks[1]                     # every rank holds the same global result
     merged = ranks[0]
-    assert merged['sketches'] == single['sketches']  # identical int64 sketch counts, so identical percentiles
     assert merged['exact'] == single['exact'] and merged['exact']['small.output']
-    _close(merged['json'], single['json'])
-    _close(merged['quant'], single['quant'])
     assert merged['call_count'] == single['call_count']
     out = single['json']['0.0']['input_stats']
     assert out['nonfinite'] == 1 and out['count'] == 12 * 16 * 28 * 28 - 1
     assert 'only_one_rank' in merged['json'] and merged['json']['only_one_rank']['total_samples'] == 16
+    return single, merged
+
+
+def test_all_reduce_two_ranks_equals_single_process(tmp_path):
+    single, merged = _run(tmp_path, 'exact')
+    assert merged['sketches'] == single['sketches']  # identical int64 sketch counts, so identical percentiles
+    _close(merged['json'], single['json'])
+    _close(merged['quant'], single['quant'])
     # percentiles match exactly, not only to 1e-9
     for name, st in single['json'].items():
         assert st['output_stats']['percentiles'] == merged['json'][name]['output_stats']['percentiles'], name
+
+
+def test_all_reduce_two_ranks_sampled(tmp_path):
+    "Sampling: each rank draws its own samples, so estimates differ, but never by more than their bounds say."
+    single, merged = _run(tmp_path, 'sampled')
+    assert set(merged['json']) == set(single['json'])
+    for name, st in single['json'].items():
+        for kind in ('input_stats', 'output_stats'):
+            a, b = st[kind], merged['json'][name][kind]
+            if a is None: assert b is None; continue
+            assert (a['count'], a['nonfinite']) == (b['count'], b['nonfinite']), (name, kind)
+            if 'min' not in a['estimated']: assert (a['min'], a['max']) == (b['min'], b['max']), (name, kind)
+            for k in ('mean', 'std', 'sparsity_ratio'):
+                if a[k] is None: continue
+                tol = a['errors'][k] + b['errors'][k] + 1e-9 * abs(a[k])
+                assert abs(a[k] - b[k]) <= tol, (name, kind, k, a[k], b[k], tol)
+            for p, v in a['percentiles'].items():
+                lo, hi = b['percentile_bounds'][p] if b.get('percentile_bounds') else (b['percentiles'][p],) * 2
+                alo, ahi = a['percentile_bounds'][p] if a.get('percentile_bounds') else (v, v)
+                assert max(lo, alo) <= min(hi, ahi), (name, kind, p)     # the two intervals overlap: both may hold the truth
