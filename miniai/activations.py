@@ -197,7 +197,8 @@ def format_diagnosis(rows):
     notes = []
     def num(v, est): return ('~' if est else '') + (f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}')
     for r in rows:
-        est = r.get('estimated', False)
+        # estimated, and with a bound: a layer with no finite values has neither an estimate nor a bound
+        est = r.get('estimated', False) and math.isfinite(r['mean_err']) and math.isfinite(r['std_err'])
         lines.append(f"{r['layer']:<14}{num(r['mean'], est):>10}{num(r['std'], est):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
                      f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
         if est: notes.append(f"~ {r['layer']}: estimated from a 16K sample, mean ±{r['mean_err']:.3g}, std ±{r['std_err']:.3g} (3 standard errors)")

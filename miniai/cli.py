@@ -6,11 +6,10 @@ Docs: https://miniai.github.io/miniai/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #4d247401
 from __future__ import annotations
-import argparse, json, math, operator, os, sys, tempfile, time
-from collections.abc import Mapping
+import argparse, importlib.util, math, operator, os, sys, tempfile, time
 from pathlib import Path
 
-import numpy as np, torch, matplotlib
+import torch, matplotlib
 import fastcore.all as fc
 from torch import nn
 import torch.nn.functional as F
@@ -18,12 +17,14 @@ import torch.nn.functional as F
 from .datasets import *
 from .learner import *
 from .activations import *
-from .dumps import atomic_write
+from .core import write_json
+from .distributed import DistributedCB, world_size, rank
+from .tensorboard import TensorBoardCB
 from .init import variant_names, make_variant, variant_defaults
 
 # %% auto #0
 __all__ = ['epochs_count', 'batch_size', 'seed_value', 'model_names', 'build_variant', 'BadArgument', 'learning_rate',
-           'whole_number', 'writable_dir', 'json_safe', 'diagnose_run', 'main']
+           'whole_number', 'writable_dir', 'diagnose_run', 'main']
 
 # %% ../nbs/90_cli.ipynb #32f42a0d
 def model_names():
@@ -31,11 +32,11 @@ def model_names():
     return tuple(dict.fromkeys(('baseline',) + tuple(variant_names)))
 
 def build_variant(name, dls, seed=1):
-    "A dict with `model`, `cbs`, `lr`, `epochs`, `mod_filter` (and maybe `opt_func`) for lesson model `name`."
+    "A dict with `model`, `cbs`, `lr`, `epochs`, `layers` (what to hook, see `select_modules`; and maybe `opt_func`) for lesson model `name`."
     if name not in model_names(): raise ValueError(f"unknown model {name!r}; choose one of {', '.join(model_names())}")
     if name == 'baseline':   # lesson 10's run, exactly: plain SGD at lr 0.6, one epoch, the five convs hooked
         set_seed(seed)
-        return dict(model=baseline_cnn(), cbs=[], lr=0.6, epochs=1, mod_filter=fc.risinstance(nn.Conv2d))
+        return dict(model=baseline_cnn(), cbs=[], lr=0.6, epochs=1, layers=nn.Conv2d)
     return make_variant(name, dls, seed=seed)
 
 # %% ../nbs/90_cli.ipynb #c90a0002
@@ -82,29 +83,21 @@ def writable_dir(out):
         raise BadArgument(f'cannot write files in {str(out)!r}: {e.strerror or e}') from None
     return out
 
-# %% ../nbs/90_cli.ipynb #c90a0008
-def _why_null(v): return 'NaN' if math.isnan(v) else 'Infinity' if v > 0 else '-Infinity'
-
-def json_safe(o):
-    "`o` (dicts, lists, numbers, strings) with every NaN and infinite float as None; a dict holding one gets `null_reasons` {key: why}."
-    if isinstance(o, (float, np.floating)): return float(o) if math.isfinite(o) else None
-    if isinstance(o, (list, tuple)): return [json_safe(v) for v in o]
-    if not isinstance(o, Mapping): return o
-    res, reasons = {}, dict(o.get('null_reasons', {}))
-    for k, v in o.items():
-        if k == 'null_reasons': continue
-        if isinstance(v, (float, np.floating)) and not math.isfinite(v): reasons.setdefault(k, _why_null(v))
-        res[k] = json_safe(v)
-    if reasons: res['null_reasons'] = reasons
-    return res
-
 # %% ../nbs/90_cli.ipynb #6b4b207c
 def _checked(name, check, v):
     try: return check(v)
     except BadArgument as e: raise BadArgument(f'{name} {e}') from None
 
-def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=None, seed=1, exact=False, progress=True):
-    "Train lesson model `model` with ActivationStats, write plots and summary.json to `out`, return the summary (NaN where the file has null)."
+class _MaxBatches(Callback):
+    "Stop each training epoch after `n` batches."
+    def __init__(self, n): self.n = n
+    def after_batch(self, learn=None):
+        learn = self.learn if learn is None else learn
+        if learn.training and learn.iter + 1 >= self.n: raise CancelEpochException()
+
+def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=None, seed=1, exact=False, progress=True,
+                 tensorboard=None, max_batches=None):
+    "Train lesson model `model` with ActivationStats, write plots and summary.json to `out` (rank 0 only under torchrun) and TensorBoard logs to `tensorboard`; return the summary (NaN where the file has null)."
     import matplotlib.pyplot as plt
     from torcheval.metrics import MulticlassAccuracy
     if model not in model_names(): raise BadArgument(f"model: unknown model {model!r}; choose one of {', '.join(model_names())}")
@@ -112,31 +105,38 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
     if lr is not None: lr = _checked('lr', learning_rate, lr)
     if bs is None: bs = variant_defaults(model)['bs'] if model in variant_names else 1024   # the model's own recipe
     bs, seed = _checked('bs', batch_size, bs), _checked('seed', seed_value, seed)
+    if max_batches is not None: max_batches = _checked('max_batches', whole_number(1), max_batches)
     out = _checked('out', writable_dir, out)
+    if tensorboard is not None: tensorboard = _checked('tensorboard', writable_dir, tensorboard)
+    lead = rank() == 0     # under torchrun every rank trains; rank 0 alone prints and writes
     dls = fashion_dls(bs)
     v = build_variant(model, dls, seed=seed)
     epochs = epochs or v.get('epochs', 1)
     lr = lr or v['lr']
-    astats = ActivationStats(v.get('mod_filter'), exact=exact)
+    astats = ActivationStats(v.get('layers', v.get('mod_filter')), exact=exact)
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
-    cbs = [TrainCB(), DeviceCB(), metrics, astats] + list(v.get('cbs', []))
-    if progress: cbs.append(ProgressCB())
+    if not lead: metrics._log = lambda d: None
+    cbs = [DistributedCB(), TrainCB(), DeviceCB(), metrics, astats] + list(v.get('cbs', []))
+    if tensorboard is not None: cbs.append(TensorBoardCB(tensorboard, astats))
+    if max_batches is not None: cbs.append(_MaxBatches(max_batches))
+    if progress and lead: cbs.append(ProgressCB())
     extra = {'opt_func': v['opt_func']} if v.get('opt_func') else {}
     learn = Learner(v['model'], dls, v.get('loss_func', F.cross_entropy), lr=lr, cbs=cbs, **extra)
     t0 = time.perf_counter()
     learn.fit(epochs)
     secs = time.perf_counter() - t0
-    accuracy = float(metrics.log_hist[-1]['accuracy'])
+    accuracy = float(metrics.log_hist[-1]['accuracy'])   # over the whole test set: the ranks' metrics are merged
+    rows = astats.diagnose()
+    for r in rows:   # a layer that saw no batch: its NaNs mean "not recorded"
+        if 'not recorded' in r['flags']: r.update({f'{k}_reason': 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)})
+    summary = dict(model=model, epochs=epochs, lr=lr, batch_size=bs, seed=seed, world_size=world_size(), accuracy=accuracy,
+                   train_seconds=round(secs, 2), layers=rows)
+    if max_batches is not None: summary['max_batches'] = max_batches
+    if not lead: return summary
     for name in ('color_dim', 'dead_chart', 'plot_stats'):
         getattr(astats, name)()   # draws the figure, kept as `astats.fig` (the methods return nothing, as in the course)
         astats.fig.savefig(out/f'{name}.png', dpi=100); plt.close(astats.fig)
-    rows = astats.diagnose()
-    for r in rows:   # a layer that saw no batch: its NaNs mean "not recorded"
-        if 'not recorded' in r['flags']: r['null_reasons'] = {k: 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)}
-    summary = dict(model=model, epochs=epochs, lr=lr, batch_size=bs, seed=seed, accuracy=accuracy,
-                   train_seconds=round(secs, 2), layers=rows)
-    text = json.dumps(json_safe(summary), indent=2, allow_nan=False)
-    atomic_write(out/'summary.json', lambda f: f.write(text.encode()))
+    write_json(out/'summary.json', summary, indent=2)
     return summary
 
 # %% ../nbs/90_cli.ipynb #1e8e9733
@@ -154,14 +154,24 @@ def main(argv=None):
     p.add_argument('--out', default='miniai-diagnosis', help='folder for the plots and summary.json, made if needed (default: ./miniai-diagnosis)')
     p.add_argument('--bs', type=batch_size, default=None, help="batch size, at least 1 (default: the model's own, 1024; 256 for batchnorm)")
     p.add_argument('--seed', type=seed_value, default=1, help='random seed, 0 to 2**32-1 (default: 1)')
+    p.add_argument('--max-batches', type=whole_number(1), default=None, help='train on at most N batches per epoch, a quick check (default: all)')
+    p.add_argument('--tensorboard', default=None, metavar='DIR', help='also write TensorBoard logs of the statistics to DIR (needs the tensorboard package)')
     p.add_argument('--exact', action='store_true', help='exact histograms instead of a 16K random sample per layer and batch')
     args = p.parse_args(argv)
-    try: writable_dir(args.out)
-    except BadArgument as e: p.error(f'argument --out: {e}')
+    for opt in ('out', 'tensorboard'):
+        if getattr(args, opt) is None: continue
+        try: writable_dir(getattr(args, opt))
+        except BadArgument as e: p.error(f'argument --{opt}: {e}')
+    if args.tensorboard is not None:
+        if importlib.util.find_spec('tensorboard') is None: p.error("argument --tensorboard: the tensorboard package is not installed (pip install 'miniai[tensorboard]')")
     matplotlib.use('Agg')
     # progress bars on a terminal; piped or captured output gets the per-epoch metrics only
-    s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty())
+    s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty(),
+                     tensorboard=args.tensorboard, max_batches=args.max_batches)
+    if rank() != 0: return 0
     print(format_diagnosis(s['layers']))
     print(f"test accuracy after {s['epochs']} epoch(s): {s['accuracy']:.4f}")
-    print(f"wrote color_dim.png, dead_chart.png, plot_stats.png and summary.json to {Path(args.out).resolve()}")
+    ranks = f' ({world_size()} processes)' if world_size() > 1 else ''
+    print(f"wrote color_dim.png, dead_chart.png, plot_stats.png and summary.json to {Path(args.out).resolve()}{ranks}")
+    if args.tensorboard: print(f"TensorBoard logs in {Path(args.tensorboard).resolve()}: tensorboard --logdir {args.tensorboard}")
     return 0

@@ -62,8 +62,11 @@ def _close(word, options, what):
     near = difflib.get_close_matches(word, options, n=3, cutoff=0.5)
     return f"; closest {what}: {', '.join(map(repr, near))}" if near else ''
 
+_wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
+
 def select_modules(model, layers=None, default=default_mod_filter, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
+    while isinstance(model, _wrappers): model = model.module   # names as in the user's model, not 'module.0'
     named = list(model.named_modules())
     if layers is None: layers = default
     if isinstance(layers, nn.Module): layers = [layers]

@@ -26,12 +26,13 @@ def assert_usage_error(res, tmp_path, *words):
     assert not (tmp_path/'cache').exists(), 'the data was loaded before the usage error'
 
 def test_diagnose_variant_writes_summary(tmp_path):
-    res = run(['--model', 'batchnorm', '--epochs', '1', '--out', str(tmp_path/'out')], tmp_path)
+    res = run(['--model', 'batchnorm', '--epochs', '1', '--max-batches', '80', '--out', str(tmp_path/'out')], tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path/'out'
     summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
     assert summary['model'] == 'batchnorm' and summary['epochs'] == 1
-    assert summary['accuracy'] > 0.8, summary['accuracy']          # one epoch of the fixed model already trains
+    assert summary['max_batches'] == 80 and summary['world_size'] == 1
+    assert summary['accuracy'] > 0.8, summary['accuracy']          # 80 batches of the fixed model already train it
     assert not any({'dead', 'vanishing'} & set(r['flags']) for r in summary['layers'])
     for name in ('color_dim.png', 'dead_chart.png', 'plot_stats.png'): assert (out/name).stat().st_size > 10_000
     assert sorted(p.name for p in out.iterdir()) == ['color_dim.png', 'dead_chart.png', 'plot_stats.png', 'summary.json']  # no temp files left
@@ -39,17 +40,18 @@ def test_diagnose_variant_writes_summary(tmp_path):
 
 def test_diverging_run_writes_strict_json(tmp_path):
     "A finite but absurd learning rate trains (it is the user's call) and the diverged statistics are null with a reason."
-    res = run(['--lr', '1e30', '--epochs', '1', '--out', str(tmp_path/'out')], tmp_path)
+    res = run(['--lr', '1e30', '--epochs', '1', '--max-batches', '8', '--out', str(tmp_path/'out')], tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     text = (tmp_path/'out'/'summary.json').read_text()
     summary = json.loads(text, parse_constant=no_constants)
     assert summary['lr'] == 1e30
-    nulls = {(r['layer'], k): why for r in summary['layers'] for k, why in r.get('null_reasons', {}).items()}
+    nulls = {(r['layer'], k[:-len('_reason')]): why for r in summary['layers'] for k, why in r.items() if k.endswith('_reason')}
     assert nulls, 'expected some statistics of the diverged run to be null'
     for (layer, k), why in nulls.items():
         row = next(r for r in summary['layers'] if r['layer'] == layer)
-        assert row[k] is None and why in ('NaN', 'Infinity', '-Infinity', 'not recorded'), (layer, k, why)
+        assert row[k] is None and why in ('nan', 'inf', '-inf', 'not recorded'), (layer, k, why)
     assert all('exploding' in r['flags'] for r in summary['layers'])
+    assert '±nan' not in res.stdout and '~nan' not in res.stdout   # a layer with no finite values has no estimate to bound
 
 BAD = [
     (['--lr', 'inf'], ['--lr', "'inf'"]), (['--lr', 'nan'], ['--lr']), (['--lr', '-inf'], ['--lr']), (['--lr', '0'], ['--lr']),
@@ -109,3 +111,44 @@ def test_out_read_only_folder(tmp_path):
 def test_help_still_works(tmp_path):
     res = run(['--help'], tmp_path, timeout=120)
     assert res.returncode == 0 and 'usage: miniai-diagnose' in res.stdout and '--lr' in res.stdout
+
+# --- several processes: torchrun with two CPU ranks (gloo) ---
+from _torchrun import free_port, torchrun_env
+
+def torchrun(args, timeout=240):
+    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', '--nnodes=1', '--master_addr=127.0.0.1',
+           f'--master_port={free_port()}', *map(str, args)]
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, env=torchrun_env(), capture_output=True, text=True, timeout=timeout)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+def test_two_ranks_under_torchrun(tmp_path):
+    "Both ranks train; rank 0 alone prints and writes; summary and TensorBoard hold the statistics of both ranks' batches."
+    out, tb = tmp_path/'out', tmp_path/'tb'
+    res = torchrun(['-m', 'miniai', '--epochs', '1', '--max-batches', '8', '--out', out, '--tensorboard', tb])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count('test accuracy') == 1 and '(2 processes)' in res.stdout
+    summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
+    assert summary['world_size'] == 2 and summary['max_batches'] == 8 and 0 < summary['accuracy'] < 1
+    names = [r['layer'] for r in summary['layers']]
+    assert len(names) == 5 and not any(n.startswith('module') for n in names)   # the user's layer names, not DDP's
+    assert sorted(p.name for p in out.iterdir()) == ['color_dim.png', 'dead_chart.png', 'plot_stats.png', 'summary.json']
+    events = list(tb.glob('events.out.tfevents.*'))
+    assert len(events) == 1, events                                               # rank 0 alone writes
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    ea = EventAccumulator(str(tb)); ea.Reload()
+    for row in summary['layers']:
+        means = ea.Scalars(f"activations/{row['layer']}/mean")
+        assert [e.step for e in means] == list(range(8))                          # 8 merged batches, not 8 per rank
+        assert means[-1].value == pytest.approx(row['mean'], rel=1e-6, abs=1e-9)  # diagnose reads the last batch (tail of 8)
+        bad = ea.Scalars(f"activations/{row['layer']}/nonfinite")
+        assert sum(e.value for e in bad) == row['nonfinite']
+
+def test_a_failing_rank_fails_the_run(tmp_path):
+    "Rank 1 raises after one batch: the run exits with an error within the time limit, and nothing is written."
+    out = tmp_path/'out'
+    res = torchrun([Path(__file__).parent/'_cli_failing_rank.py', '--epochs', '1', '--out', out], timeout=200)
+    assert res.returncode != 0
+    assert 'rank 1 fails on purpose' in res.stderr, res.stderr[-3000:]
+    assert not (out/'summary.json').exists()
