@@ -18,9 +18,6 @@ from torch import nn, optim
 import torch.nn.functional as F
 from torch.optim.lr_scheduler import ExponentialLR
 from fastprogress import progress_bar, master_bar
-with warnings.catch_warnings():  # torcheval's import uses torch.jit.script, which torch now flags as deprecated
-    warnings.simplefilter('ignore', FutureWarning)
-    from torcheval.metrics import Mean
 
 from .core import def_device, to_device, to_cpu
 from .datasets import *
@@ -222,13 +219,20 @@ class DeviceCB(Callback):
         learn.batch = to_device(learn.batch, device=self.device)
 
 # %% ../nbs/09_learner.ipynb #15b79436
+def _mean_metric():
+    "torcheval's `Mean`, imported on first use: `torcheval.metrics` loads torchvision, two seconds that a script which fails on its arguments should not wait for."
+    with warnings.catch_warnings():  # torcheval's import uses torch.jit.script, which torch now flags as deprecated
+        warnings.simplefilter('ignore', FutureWarning)
+        from torcheval.metrics import Mean
+    return Mean()
+
 class MetricsCB(Callback):
     "Compute torcheval `metrics` (and the mean loss) on the model's device, logging them after each epoch."
     def __init__(self, *ms, **metrics):
         for o in ms: metrics[type(o).__name__] = o
         self.metrics = metrics
         self.all_metrics = copy(metrics)
-        self.all_metrics['loss'] = self.loss = Mean()
+        self.all_metrics['loss'] = self.loss = _mean_metric()
         self.log_hist = []
 
     def _log(self, d): print(d)
