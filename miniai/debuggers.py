@@ -25,10 +25,11 @@ _all_ = ['LayerNotFoundError']   # from miniai.hooks: what `find_module` raises
 
 # %% auto #0
 __all__ = ['INDEX', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger', 'ForwardDebugger',
-           'output_error', 'as_float', 'moment_stats', 'explain_nonfinite', 'FeatureMapDebugger', 'AttentionDebugger',
-           'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger',
-           'nbytes', 'encode_records', 'decode_records', 'strict_json', 'write_page', 'read_index', 'iter_records',
-           'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
+           'output_error', 'as_float', 'moment_stats', 'nonfinite_finding', 'format_finding', 'explain_nonfinite',
+           'FeatureMapDebugger', 'AttentionDebugger', 'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger',
+           'LayerOutputDebugger', 'GradCAMDebugger', 'nbytes', 'encode_records', 'decode_records', 'strict_json',
+           'write_page', 'read_index', 'iter_records', 'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB',
+           'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, name, arg='layer_name'):
@@ -134,6 +135,7 @@ def output_error(output, what='Output'):
     if output.is_complex(): return {'error': f'{what} has complex dtype {output.dtype}: take its .abs() or .real in a module of your own to debug it'}
     return None
 
+# %% ../nbs/10c_debuggers.ipynb #b2d659e4
 def as_float(x):
     "`x` detached, as float32 when it is an integer, bool or half-precision tensor."
     x = x.detach()
@@ -149,11 +151,23 @@ def moment_stats(x):
     "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from `moments` (NaN when undefined)."
     return _moment_stats(moments(as_float(x)))
 
-def explain_nonfinite(stats, numel):
-    "Add a `warning` to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
-    bad = stats.get('nonfinite', 0)
-    if bad == numel: stats['warning'] = f'all {numel} values are NaN or Inf: there are no statistics (they are NaN)'
-    elif bad: stats['warning'] = f'{bad} of {numel} values are NaN or Inf: the statistics are over the other {numel - bad}'
+# %% ../nbs/10c_debuggers.ipynb #9c3be52a
+def nonfinite_finding(layer, nonfinite, numel):
+    "A finding (dict: `layer`, `issue`, `value`, `threshold`, `total`) when `nonfinite` of the `numel` values of `layer` were NaN or Inf, else None."
+    if not nonfinite: return None
+    issue = 'no finite values' if nonfinite == numel else 'nonfinite values'
+    return dict(layer=layer, issue=issue, value=nonfinite, threshold=0, total=numel)
+
+def format_finding(f):
+    "The sentence for a finding of `nonfinite_finding`."
+    n, total = f['value'], f['total']
+    if f['issue'] == 'no finite values': return f'all {total} values are NaN or Inf: there are no statistics (they are NaN)'
+    return f'{n} of {total} values are NaN or Inf: the statistics are over the other {total - n}'
+
+def explain_nonfinite(stats, numel, layer=None):
+    "Add `findings` and a `warning` (their text) to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
+    f = nonfinite_finding(layer, stats.get('nonfinite', 0), numel)
+    if f is not None: stats['findings'], stats['warning'] = [f], format_finding(f)
     return stats
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
@@ -169,9 +183,9 @@ class FeatureMapDebugger(ForwardDebugger):
                 'stats': {**moment_stats(output), 'shape': list(output.shape)},
                 'layer_name': self.layer_name}
     def to_host(self, results):
-        "The stats as Python floats (plus `nonfinite` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
+        "The stats as Python floats (plus `nonfinite`, and `findings` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
         res = to_host(results)
-        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']))
+        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']), self.layer_name)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #95376f18
@@ -203,7 +217,7 @@ class AttentionDebugger(ForwardDebugger):
 
 # %% ../nbs/10c_debuggers.ipynb #78e32d03
 def channel_dims(x):
-    "The dims channel statistics reduce, as the reference design defines them: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
+    "The dims channel statistics reduce: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
     if x.ndim == 4: return (0, 2, 3)
     if x.ndim >= 3: return (0,)
     return None
@@ -243,7 +257,7 @@ class ActivationStatsDebugger(ForwardDebugger):
         for k in ('channel_means', 'channel_stds'):
             if isinstance(stats.get(k), torch.Tensor): stats[k] = stats[k].tolist()
         if isinstance(res.get('sample_values'), torch.Tensor): res['sample_values'] = res['sample_values'].tolist()
-        explain_nonfinite(stats, math.prod(stats['shape']))
+        explain_nonfinite(stats, math.prod(stats['shape']), self.layer_name)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #0fa4ed44
@@ -260,7 +274,9 @@ class LayerOutputDebugger(ForwardDebugger):
         res = {'layer_name': self.layer_name, 'original_shape': list(x.shape), 'output': None, 'downsampled': k > 1, 'downsample_factor': k}
         if x.ndim in (3, 4) and k > 1:
             if min(x.shape[-2:]) >= k: res['output'] = F.avg_pool2d(as_float(x), k)   # (C,H,W) and (N,C,H,W) both pool H and W
-            else: res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
+            else:
+                res['findings'] = [dict(layer=self.layer_name, issue='not pooled', value=min(x.shape[-2:]), threshold=k)]
+                res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
         if res['output'] is None: res['output'] = x.clone()
         return res
 
