@@ -226,10 +226,14 @@ def _lsuv_layer(model, m, m_in, xb, tol=1e-3, max_iters=50, name=None):
             if (abs(std - 1) <= tol and abs(mean) <= tol) or i == max_iters: break
             if m_in.bias is not None: m_in.bias -= mean
             m_in.weight /= std
-    if i == max_iters and not (abs(std - 1) <= tol and abs(mean) <= tol):
-        warnings.warn(f"lsuv_init: {name} did not reach mean 0, std 1 within tol={tol} in {max_iters} iterations "
-                      f"(mean {mean:.4f}, std {std:.4f})")
-    return dict(layer=name, iters=i, mean=mean, std=std)
+    res = dict(layer=name, iters=i, mean=mean, std=std, converged=abs(std - 1) <= tol and abs(mean) <= tol, tol=tol)
+    if not res['converged']: warnings.warn(_lsuv_text(res))
+    return res
+
+def _lsuv_text(res):
+    "The warning for a layer that did not converge, from its record."
+    return (f"lsuv_init: {res['layer']} did not reach mean 0, std 1 within tol={res['tol']} in {res['iters']} iterations "
+            f"(mean {res['mean']:.4f}, std {res['std']:.4f})")
 
 @_explain_call(_lsuv_usage)
 def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
@@ -237,6 +241,8 @@ def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
     _check_lsuv_args(model, m, m_in, xb)
     _lsuv_layer(model, m, m_in, xb, tol, max_iters, name=next(n for n, o in model.named_modules() if o is m_in))
 
+
+# %% ../nbs/11_initializing.ipynb #1628c16d
 _lsuv_model_usage = ("lsuv_model(model, xb, acts=None, layers=None, tol=1e-3, max_iters=50). "
                      "For one (activation, layer) pair use lsuv_init(model, m, m_in, xb)")
 
@@ -310,6 +316,8 @@ def variant_defaults(name):
     return dict(lr=0.2, bs=1024, epochs=3, opt_func=partial(optim.SGD, momentum=0.9),
                 sched=one_cycle, nfs=(1, 8, 16, 32, 64))
 
+
+# %% ../nbs/11_initializing.ipynb #7fb5c410
 def make_variant(name, dls, seed=1):
     """Build lesson 11's variant `name` (one of `variant_names`, each adding one fix to the previous) for `dls`.
 
@@ -337,7 +345,10 @@ def make_variant(name, dls, seed=1):
     return dict(model=model, cbs=cbs + [SchedCB(recipe['sched'])], **recipe,
                 loss_func=F.cross_entropy, layers=block_filter, mod_filter=block_filter)
 
+
+# %% ../nbs/11_initializing.ipynb #9d4145db
 def variant_learner(variant, dls, cbs=(), lr=None):
     "A `Learner` training `make_variant`'s dict `variant` on `dls`, with `TrainCB`, `DeviceCB`, its own and the extra `cbs`."
     return Learner(variant['model'], dls, variant['loss_func'], lr=lr or variant['lr'],
                    cbs=[TrainCB(), DeviceCB(), *variant['cbs'], *cbs], opt_func=variant['opt_func'])
+
