@@ -283,16 +283,13 @@ class LayerOutputDebugger(ForwardDebugger):
 # %% ../nbs/10c_debuggers.ipynb #bf6233c5
 def _with_grad(inputs):
     "Detached copies of the float tensors in `inputs` that require grad, so a frozen model still has a path to its activations."
-    if isinstance(inputs, torch.Tensor): return inputs.detach().requires_grad_() if inputs.is_floating_point() else inputs
-    if isinstance(inputs, Mapping): return {k: _with_grad(v) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)): return type(inputs)(_with_grad(v) for v in inputs)
-    return inputs
+    return apply(lambda t: t.detach().requires_grad_() if t.is_floating_point() else t, inputs)
 
 def _image_size(inputs):
     "Height and width of the first 4-d tensor in `inputs`, else None."
-    if isinstance(inputs, torch.Tensor): return tuple(inputs.shape[-2:]) if inputs.ndim == 4 else None
-    items = inputs.values() if isinstance(inputs, Mapping) else inputs if isinstance(inputs, (tuple, list)) else []
-    return next((s for s in map(_image_size, items) if s is not None), None)
+    sizes = []
+    apply(lambda t: sizes.append(tuple(t.shape[-2:])) if t.ndim == 4 else None, inputs)
+    return sizes[0] if sizes else None
 
 class GradCAMDebugger(BaseDebugger):
     "GradCAM heatmaps at `target_layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
