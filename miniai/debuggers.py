@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
 # %% ../nbs/10c_debuggers.ipynb #5878dc26
 from __future__ import annotations
-import os, json, math, difflib, tempfile, importlib, itertools
+import os, json, math, numbers, tempfile, importlib, warnings
 from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,31 +16,31 @@ import fastcore.all as fc
 from torch import nn
 import torch.nn.functional as F
 
+from .core import apply, atomic_write, json_safe, json_restore, write_json
+from .core import to_host as _to_host
 from .learner import Callback
-from .hooks import Hook
-from .kernel import moments
+from .hooks import Hook, LayerNotFoundError, select_modules
+from .kernel import moments, _row_moments
+_all_ = ['LayerNotFoundError']   # from miniai.hooks: what `find_module` raises
 
 # %% auto #0
-__all__ = ['INDEX', 'LayerNotFoundError', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger',
-           'ForwardDebugger', 'output_error', 'as_float', 'moment_stats', 'explain_nonfinite', 'FeatureMapDebugger',
-           'AttentionDebugger', 'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger', 'LayerOutputDebugger',
-           'GradCAMDebugger', 'nbytes', 'encode_records', 'decode_records', 'strict_json', 'write_page', 'read_index',
-           'iter_records', 'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB']
+__all__ = ['INDEX', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger', 'ForwardDebugger',
+           'output_error', 'as_float', 'moment_stats', 'nonfinite_finding', 'format_finding', 'explain_nonfinite',
+           'FeatureMapDebugger', 'AttentionDebugger', 'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger',
+           'LayerOutputDebugger', 'GradCAMDebugger', 'nbytes', 'encode_records', 'decode_records', 'strict_json',
+           'write_page', 'read_index', 'iter_records', 'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB',
+           'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
-class LayerNotFoundError(KeyError):
-    "A layer name that is not in `model.named_modules()`; the message lists the closest names."
-    def __str__(self): return str(self.args[0]) if self.args else ''
-
 def find_module(model, name, arg='layer_name'):
-    "The submodule of `model` called `name` in `dict(model.named_modules())`; raises `LayerNotFoundError` (naming the argument `arg`) otherwise."
-    mods = dict(model.named_modules())
-    if isinstance(name, str) and name in mods: return mods[name]
-    names = [n for n in mods if n]
-    close = difflib.get_close_matches(str(name), names, n=5, cutoff=0.5)
-    hint = f'closest names: {close}' if close else f"its modules are {names[:20]}{' ...' if len(names) > 20 else ''}"
-    raise LayerNotFoundError(f'{arg}={name!r} is not a module of {type(model).__name__}; {hint}. '
-                             'Use a name from dict(model.named_modules()).')
+    "The submodule of `model` whose name in `model.named_modules()` is `name` (found by `select_modules`); a `LayerNotFoundError` naming the argument `arg` otherwise."
+    if not isinstance(name, str): raise TypeError(f"{arg} must be a layer name from model.named_modules() (a str), got {type(name).__name__}")
+    try: found = [m for n, m in select_modules(model, name, arg=arg) if n == name]
+    except LayerNotFoundError as e: raise LayerNotFoundError(f"{e}. Use a name from dict(model.named_modules())") from None
+    if not found:   # `name` is a class name, and a debugger looks at one layer
+        layers = [n for n, m in model.named_modules() if type(m).__name__ == name]
+        raise LayerNotFoundError(f"{arg}: {name!r} is a class name, not a layer name; give the name of one of its layers, e.g. {layers[:5]}")
+    return found[0]
 
 # %% ../nbs/10c_debuggers.ipynb #bb20e7bf
 @contextmanager
@@ -64,40 +64,9 @@ def forward_pass(model, inputs, eval=True):
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
 
 # %% ../nbs/10c_debuggers.ipynb #7326c6b6
-def _scalars(o, found):
-    "Append the real 0-d tensors in `o` (nested dicts, lists and tuples) to `found`."
-    if isinstance(o, torch.Tensor):
-        if o.ndim == 0 and not o.is_complex(): found.append(o)
-    elif isinstance(o, Mapping):
-        for v in o.values(): _scalars(v, found)
-    elif isinstance(o, (list, tuple)):
-        for v in o: _scalars(v, found)
-
-def _read_scalars(scalars):
-    "The Python numbers of 0-d tensors `scalars`: one device read per device (as float64, exact for float32 and ints below 2^53)."
-    values = {}
-    for dev in {t.device for t in scalars}:
-        group = [t for t in scalars if t.device == dev]
-        for t, v in zip(group, torch.stack([t.detach().double() for t in group]).cpu().tolist()): values[id(t)] = v
-    def number(t):
-        v = values[id(t)]
-        return v if t.is_floating_point() else bool(v) if t.dtype == torch.bool else int(v)
-    return number
-
-def _replace(o, number):
-    if isinstance(o, torch.Tensor):
-        if o.ndim == 0: return number(o) if not o.is_complex() else o.item()
-        o = o.detach().cpu()
-        return o.float() if o.dtype in (torch.float16, torch.bfloat16) else o
-    if isinstance(o, Mapping): return {k: _replace(v, number) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return type(o)(_replace(v, number) for v in o)
-    return o
-
 def to_host(o):
-    "`o` (nested dicts, lists and tuples) with 0-d tensors as Python numbers (read together) and other tensors detached on the CPU (half precision as float32)."
-    scalars = []
-    _scalars(o, scalars)
-    return _replace(o, _read_scalars(scalars))
+    "`o` (nested dicts, lists and tuples) as a user reads it: 0-d tensors as Python numbers (read together), other tensors detached on the CPU (half precision as float32)."
+    return _to_host(o, scalars=True)
 
 class BaseDebugger:
     "Interface of a debugger: `debugger(datapoint, model)` returns a dict of results for `datapoint` (a dict with `inputs` and `outputs`)."
@@ -131,7 +100,8 @@ class ForwardDebugger(BaseDebugger):
     def attach(self, model):
         "Hook the layer of `model` (replacing an earlier hook); returns `self`, a context manager that removes it."
         self.remove()
-        self.hook = Hook(find_module(model, self.layer_name), self._hookfunc)
+        module = find_module(model, self.layer_name)
+        self.hook = Hook(module, self._hookfunc, name=getattr(module, '_hook_name', None) or self.layer_name)   # a name the user set is read, never written
         return self
     def remove(self):
         "Remove the hook (safe to call when not attached)."
@@ -165,23 +135,39 @@ def output_error(output, what='Output'):
     if output.is_complex(): return {'error': f'{what} has complex dtype {output.dtype}: take its .abs() or .real in a module of your own to debug it'}
     return None
 
+# %% ../nbs/10c_debuggers.ipynb #b2d659e4
 def as_float(x):
     "`x` detached, as float32 when it is an integer, bool or half-precision tensor."
     x = x.detach()
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
-def moment_stats(x):
-    "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from `moments` (NaN when undefined)."
-    m = moments(as_float(x))
+def _moment_stats(m):
+    "Mean, unbiased std, min, max and the NaN/Inf count from a `moments` vector `m`, as device tensors (NaN when undefined)."
     n, nan = m[0], torch.full((), math.nan, dtype=m.dtype, device=m.device)
     return {'mean': torch.where(n > 0, m[2], nan), 'std': torch.where(n > 1, (m[3] / (n-1).clamp(min=1)).sqrt(), nan),
             'min': torch.where(n > 0, m[4], nan), 'max': torch.where(n > 0, m[5], nan), 'nonfinite': m[1].long()}
 
-def explain_nonfinite(stats, numel):
-    "Add a `warning` to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
-    bad = stats.get('nonfinite', 0)
-    if bad == numel: stats['warning'] = f'all {numel} values are NaN or Inf: there are no statistics (they are NaN)'
-    elif bad: stats['warning'] = f'{bad} of {numel} values are NaN or Inf: the statistics are over the other {numel - bad}'
+def moment_stats(x):
+    "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from `moments` (NaN when undefined)."
+    return _moment_stats(moments(as_float(x)))
+
+# %% ../nbs/10c_debuggers.ipynb #9c3be52a
+def nonfinite_finding(layer, nonfinite, numel):
+    "A finding (dict: `layer`, `issue`, `value`, `threshold`, `total`) when `nonfinite` of the `numel` values of `layer` were NaN or Inf, else None."
+    if not nonfinite: return None
+    issue = 'no finite values' if nonfinite == numel else 'nonfinite values'
+    return dict(layer=layer, issue=issue, value=nonfinite, threshold=0, total=numel)
+
+def format_finding(f):
+    "The sentence for a finding of `nonfinite_finding`."
+    n, total = f['value'], f['total']
+    if f['issue'] == 'no finite values': return f'all {total} values are NaN or Inf: there are no statistics (they are NaN)'
+    return f'{n} of {total} values are NaN or Inf: the statistics are over the other {total - n}'
+
+def explain_nonfinite(stats, numel, layer=None):
+    "Add `findings` and a `warning` (their text) to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
+    f = nonfinite_finding(layer, stats.get('nonfinite', 0), numel)
+    if f is not None: stats['findings'], stats['warning'] = [f], format_finding(f)
     return stats
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
@@ -197,9 +183,9 @@ class FeatureMapDebugger(ForwardDebugger):
                 'stats': {**moment_stats(output), 'shape': list(output.shape)},
                 'layer_name': self.layer_name}
     def to_host(self, results):
-        "The stats as Python floats (plus `nonfinite` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
+        "The stats as Python floats (plus `nonfinite`, and `findings` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
         res = to_host(results)
-        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']))
+        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']), self.layer_name)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #95376f18
@@ -231,19 +217,18 @@ class AttentionDebugger(ForwardDebugger):
 
 # %% ../nbs/10c_debuggers.ipynb #78e32d03
 def channel_dims(x):
-    "The dims channel statistics reduce, as the reference design defines them: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
+    "The dims channel statistics reduce: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
     if x.ndim == 4: return (0, 2, 3)
     if x.ndim >= 3: return (0,)
     return None
 
 def finite_mean_std(x, dims):
-    "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), on `x`'s device."
-    ok = torch.isfinite(x)
-    n = ok.sum(dims, keepdim=True)
-    mean = torch.where(ok, x, 0.).sum(dims, keepdim=True) / n
-    m2 = torch.where(ok, x - mean, 0.).square().sum(dims, keepdim=True)
-    std = torch.where(n > 1, (m2 / (n - 1).clamp(min=1)).sqrt(), math.nan)
-    return mean.squeeze(dims), std.squeeze(dims)
+    "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), from the kernel's exact per-row moments, on `x`'s device."
+    keep = [d for d in range(x.ndim) if d not in dims]
+    shape = [x.shape[d] for d in keep]
+    m = _row_moments(x.permute(*keep, *dims).reshape(math.prod(shape), -1))
+    stats = _moment_stats(m.T)   # one statistic per row of `m`
+    return stats['mean'].reshape(shape), stats['std'].reshape(shape)
 
 class ActivationStatsDebugger(ForwardDebugger):
     "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
@@ -253,10 +238,10 @@ class ActivationStatsDebugger(ForwardDebugger):
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x = as_float(output)
-        ok = torch.isfinite(x)
-        finite = torch.where(ok, x, 0.)
-        stats = {'shape': list(x.shape), **moment_stats(x),
-                 'l1_norm': finite.abs().sum(dtype=torch.float64) / ok.sum(), 'l2_norm': torch.linalg.vector_norm(finite, dtype=torch.float64),
+        m = moments(x, precise=True)                               # [n, n_nonfinite, mean, m2, min, max] of the finite values
+        n, mean_abs = m[0], moments(x.abs(), precise=True, minmax=False)[2]
+        stats = {'shape': list(x.shape), **_moment_stats(m),
+                 'l1_norm': torch.where(n > 0, mean_abs, math.nan), 'l2_norm': (m[3] + n * m[2]**2).sqrt(),   # the sum of squares is m2 + n mean^2
                  'sparsity': (x == 0).float().mean(), 'positive_ratio': (x > 0).float().mean(),
                  'saturation_low': (x <= self.sat_low).float().mean(), 'saturation_high': (x >= self.sat_high).float().mean()}
         dims = channel_dims(x)
@@ -272,7 +257,7 @@ class ActivationStatsDebugger(ForwardDebugger):
         for k in ('channel_means', 'channel_stds'):
             if isinstance(stats.get(k), torch.Tensor): stats[k] = stats[k].tolist()
         if isinstance(res.get('sample_values'), torch.Tensor): res['sample_values'] = res['sample_values'].tolist()
-        explain_nonfinite(stats, math.prod(stats['shape']))
+        explain_nonfinite(stats, math.prod(stats['shape']), self.layer_name)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #0fa4ed44
@@ -289,23 +274,22 @@ class LayerOutputDebugger(ForwardDebugger):
         res = {'layer_name': self.layer_name, 'original_shape': list(x.shape), 'output': None, 'downsampled': k > 1, 'downsample_factor': k}
         if x.ndim in (3, 4) and k > 1:
             if min(x.shape[-2:]) >= k: res['output'] = F.avg_pool2d(as_float(x), k)   # (C,H,W) and (N,C,H,W) both pool H and W
-            else: res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
+            else:
+                res['findings'] = [dict(layer=self.layer_name, issue='not pooled', value=min(x.shape[-2:]), threshold=k)]
+                res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
         if res['output'] is None: res['output'] = x.clone()
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #bf6233c5
 def _with_grad(inputs):
     "Detached copies of the float tensors in `inputs` that require grad, so a frozen model still has a path to its activations."
-    if isinstance(inputs, torch.Tensor): return inputs.detach().requires_grad_() if inputs.is_floating_point() else inputs
-    if isinstance(inputs, Mapping): return {k: _with_grad(v) for k, v in inputs.items()}
-    if isinstance(inputs, (tuple, list)): return type(inputs)(_with_grad(v) for v in inputs)
-    return inputs
+    return apply(lambda t: t.detach().requires_grad_() if t.is_floating_point() else t, inputs)
 
 def _image_size(inputs):
     "Height and width of the first 4-d tensor in `inputs`, else None."
-    if isinstance(inputs, torch.Tensor): return tuple(inputs.shape[-2:]) if inputs.ndim == 4 else None
-    items = inputs.values() if isinstance(inputs, Mapping) else inputs if isinstance(inputs, (tuple, list)) else []
-    return next((s for s in map(_image_size, items) if s is not None), None)
+    sizes = []
+    apply(lambda t: sizes.append(tuple(t.shape[-2:])) if t.ndim == 4 else None, inputs)
+    return sizes[0] if sizes else None
 
 class GradCAMDebugger(BaseDebugger):
     "GradCAM heatmaps at `target_layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
@@ -357,101 +341,37 @@ class GradCAMDebugger(BaseDebugger):
     def __repr__(self): return f'{type(self).__name__}({self.target_layer!r}, target_class={self.target_class!r})'
 
 # %% ../nbs/10c_debuggers.ipynb #b90ff5f0
-def nbytes(o):
-    "Approximate memory held by `o` (nested results): tensor and array sizes, 8 bytes per scalar. No device read."
+def _leaf_nbytes(o):
     if isinstance(o, torch.Tensor): return o.numel() * o.element_size()
     if isinstance(o, np.ndarray): return o.nbytes
-    if isinstance(o, Mapping): return sum(nbytes(k) + nbytes(v) for k, v in o.items())
-    if isinstance(o, (list, tuple)): return sum(map(nbytes, o))
-    if isinstance(o, str): return len(o)
-    return 8
+    return len(o) if isinstance(o, str) else 8
+
+def nbytes(o):
+    "Approximate memory held by `o` (nested results): tensor and array sizes, string lengths, 8 bytes per other value. No device read."
+    sizes = []
+    apply(lambda v: sizes.append(_leaf_nbytes(v)), o, leaf=(torch.Tensor, np.ndarray, str, numbers.Number, type(None)))
+    return sum(sizes)
 
 # %% ../nbs/10c_debuggers.ipynb #e8095dd3
-from .dumps import atomic_write   # lesson 10b's: `write(f)` on a temp file beside `path`, then renamed over it
-
-def _plain(o):
-    "Numpy scalars and 0-d tensors as Python numbers; anything else as it is."
-    if isinstance(o, np.generic): return o.item()
-    if isinstance(o, torch.Tensor) and o.ndim == 0: return o.item()
-    return o
-
-def _nonfinite_kind(v): return 'nan' if math.isnan(v) else 'inf' if v > 0 else '-inf'
-
-def _encode_leaves(o, arrays, bad, counter):
-    "Encode `o`, a value or nested lists; each non-finite float becomes None and its leaf number (from `counter`) goes into `bad[kind]`."
-    if isinstance(o, (list, tuple)): return [_encode_leaves(v, arrays, bad, counter) for v in o]
-    o, i = _plain(o), next(counter)
-    if isinstance(o, float) and not math.isfinite(o):
-        bad.setdefault(_nonfinite_kind(o), []).append(i)
-        return None
-    return _encode(o, arrays)
-
-def _encode(o, arrays):
-    o = _plain(o)
-    if isinstance(o, torch.Tensor):
-        o = to_host(o).numpy()
-    if isinstance(o, np.ndarray):
-        if o.dtype == object: raise TypeError('object arrays cannot be saved without pickle')
-        key = f'a{len(arrays)}'
-        arrays[key] = o
-        return {'__array__': key}
-    if isinstance(o, float) and not math.isfinite(o): return None   # only outside a dict; in one, `_encode_leaves` keeps its reason
-    if o is None or isinstance(o, (bool, int, float, str)): return o
-    if isinstance(o, Mapping):
-        res, reasons = {}, {}
-        for k, v in o.items():
-            bad = {}
-            res[str(k)] = _encode_leaves(v, arrays, bad, itertools.count())
-            if bad: reasons[f'{k}_reason'] = bad if isinstance(v, (list, tuple)) else next(iter(bad))
-        return {**res, **{k: v for k, v in reasons.items() if k not in res}}
-    if isinstance(o, (list, tuple)): return [_encode(v, arrays) for v in o]
-    return {'__repr__': repr(o)}
-
 def encode_records(records):
-    "Split `records` into strict-JSON data (non-finite floats as null with a `<key>_reason`) and the numpy arrays it refers to by `{'__array__': key}`."
+    "Split `records` into strict-JSON data (`json_safe`: non-finite floats as null with a `<key>_reason`) and the numpy arrays it refers to by `{'__array__': key}`."
     arrays = {}
-    return _encode(records, arrays), arrays
+    try: return json_safe(records, arrays), arrays
+    except TypeError as e:
+        raise TypeError(f"{e}: debugger results must be tensors, arrays, numbers, strings, None, and dicts, lists or tuples of them") from None
 
-def _restore_leaves(o, positions, counter):
-    "`o` (a value or nested lists) with the leaves numbered in `positions` replaced by their float."
-    if isinstance(o, list): return [_restore_leaves(v, positions, counter) for v in o]
-    i = next(counter)
-    return positions.get(i, o) if o is None else o
-
-def _restore(v, reason):
-    "The value written as `v` with `reason` (`'nan'`, or `{'nan': [positions]}` for a list); None if `reason` is not one of ours."
-    kinds = ('nan', 'inf', '-inf')
-    if isinstance(reason, str) and reason in kinds and v is None: return float(reason)
-    if isinstance(reason, dict) and isinstance(v, list) and set(reason) <= set(kinds) and all(isinstance(p, list) for p in reason.values()):
-        positions = {i: float(kind) for kind, idxs in reason.items() for i in idxs}
-        return _restore_leaves(v, positions, itertools.count())
-    return None
-
-def _decode(o, arrays, tensors):
-    if isinstance(o, dict):
-        if set(o) == {'__array__'}:
-            a = arrays[o['__array__']]
-            return torch.from_numpy(a) if tensors else a
-        if set(o) == {'__float__'}: return float(o['__float__'])   # pages written by miniai before the null + reason format
-        res, used = {}, set()
-        for k, v in o.items():
-            v = _decode(v, arrays, tensors)
-            if f'{k}_reason' in o and (restored := _restore(v, o[f'{k}_reason'])) is not None:
-                v = restored; used.add(f'{k}_reason')
-            res[k] = v
-        return {k: v for k, v in res.items() if k not in used}
-    if isinstance(o, list): return [_decode(v, arrays, tensors) for v in o]
-    return o
+def _old_floats(o):
+    "Pages written by earlier versions held `{'__float__': 'nan'}` where a value was not finite: read them as floats."
+    if isinstance(o, dict): return float(o['__float__']) if set(o) == {'__float__'} else {k: _old_floats(v) for k, v in o.items()}
+    return [_old_floats(v) for v in o] if isinstance(o, list) else o
 
 def decode_records(struct, arrays, tensors=True):
-    "Inverse of `encode_records`: arrays come back as CPU tensors (numpy arrays if not `tensors`), non-finite floats as floats."
-    return _decode(struct, arrays, tensors)
+    "Inverse of `encode_records` (`json_restore`): arrays come back as CPU tensors (numpy arrays if not `tensors`), non-finite floats as floats."
+    return json_restore(_old_floats(struct), arrays, tensors=tensors)
 
 def strict_json(o, **kwargs):
     "`o` (no arrays) as strict JSON text, non-finite floats as null with a `<key>_reason`."
-    struct, arrays = encode_records(o)
-    if arrays: raise TypeError(f'strict_json cannot write arrays ({len(arrays)} found): use write_page')
-    return json.dumps(struct, allow_nan=False, **kwargs)
+    return json.dumps(json_safe(o), allow_nan=False, **kwargs)
 
 # %% ../nbs/10c_debuggers.ipynb #f5dceb88
 INDEX = 'index.json'
@@ -460,7 +380,7 @@ def write_page(path, stem, records):
     "Write `records` as `{stem}.json` + `{stem}.npz` in folder `path`, atomically; returns the page's index entry."
     struct, arrays = encode_records({'records': records})
     atomic_write(Path(path)/f'{stem}.npz', lambda f: np.savez(f, **arrays))
-    atomic_write(Path(path)/f'{stem}.json', lambda f: f.write(json.dumps(struct, allow_nan=False).encode()))
+    atomic_write(Path(path)/f'{stem}.json', json.dumps(struct, allow_nan=False))
     return {'json': f'{stem}.json', 'npz': f'{stem}.npz', 'n_records': len(records), 'nbytes': sum(a.nbytes for a in arrays.values())}
 
 def _page_file(path, name):
@@ -607,7 +527,7 @@ class SequentialDebugger(BaseDebugger):
                 self.buffer, self.buffer_bytes = [], 0
             index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
                      'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
-            atomic_write(self.path/INDEX, lambda f: f.write(strict_json(index, indent=1).encode()))
+            write_json(self.path/INDEX, index, durable=False)
         except OSError as e: raise self._write_error(e) from e
         return self.path
 
@@ -618,25 +538,33 @@ class SequentialDebugger(BaseDebugger):
 
 # %% ../nbs/10c_debuggers.ipynb #771eaa51
 class DebugCB(Callback):
-    "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every`-th epoch (or of `epochs`) of a fit."
+    "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every_epoch`-th epoch (or of `epochs`) of a fit."
     order = 1
-    def __init__(self, debugger, every=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
+    def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1, *, every=None, on_val=None):
+        if every is not None:
+            warnings.warn("DebugCB(every=...) is deprecated: give `every_epoch` (in miniai `every` counts batches)", DeprecationWarning, stacklevel=2)
+            every_epoch = every
         if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
-        if not (isinstance(every, int) and every >= 1): raise ValueError(f'every (checkpoint_method) must be a positive int of epochs, got {every!r}')
-        fc.store_attr('debugger,every,epochs,batches,on_train,on_valid,n_inp')
+        if not (isinstance(every_epoch, int) and not isinstance(every_epoch, bool) and every_epoch >= 1):
+            raise ValueError(f'every_epoch (checkpoint_method) must be a positive int of epochs, got {every_epoch!r}')
+        if on_val is not None: on_valid = on_val
+        fc.store_attr('debugger,every_epoch,epochs,batches,on_train,on_valid,n_inp')
         self.active = self.checked = False
+
+    @property
+    def on_val(self): return self.on_valid
 
     @classmethod
     def from_config(cls, config, **kwargs):
-        "A `DebugCB` from the spec's config: `{'checkpoint_method': N, 'debugger': {'class': SequentialDebugger, 'args': ...}}`."
-        return cls(config['debugger'], every=config.get('checkpoint_method', 1), **kwargs)
+        "A `DebugCB` from a config dict: `{'checkpoint_method': N, 'debugger': {'class': SequentialDebugger, 'args': ...}}`, N being `every_epoch`."
+        return cls(config['debugger'], every_epoch=config.get('checkpoint_method', 1), **kwargs)
 
     def chosen(self):
         "Whether the current batch of the learner is debugged."
         learn = self.learn
         if not (self.on_train if learn.training else self.on_valid): return False
-        epoch_ok = learn.epoch in self.epochs if self.epochs is not None else (learn.epoch + 1) % self.every == 0
+        epoch_ok = learn.epoch in self.epochs if self.epochs is not None else (learn.epoch + 1) % self.every_epoch == 0
         return epoch_ok and (self.batches is None or learn.iter in self.batches)
 
     def before_fit(self):

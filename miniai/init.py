@@ -126,13 +126,25 @@ class Normalize:
         return ((x - self._shaped(self.mean, x)) / self._shaped(self.std, x), *b[1:])
     def __repr__(self): return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"
 
+# %% ../nbs/11_initializing.ipynb #1a1193f5
 class BatchTransformCB(Callback):
-    "Replace `learn.batch` with `tfm(learn.batch)` before each training batch (`on_train`) and/or validation batch (`on_val`)."
+    "Replace `learn.batch` with `tfm(learn.batch)` before each training batch (`on_train`) and/or validation batch (`on_valid`, alias `on_val`)."
     order = DeviceCB.order + 1
-    def __init__(self, tfm, on_train=True, on_val=True): fc.store_attr()
+    def __init__(self, tfm, on_train=True, on_valid=None, *, on_val=None):
+        if not callable(tfm): raise TypeError(f"BatchTransformCB: `tfm` must be a function of the batch, got {type(tfm).__name__}")
+        if on_valid is not None and on_val is not None and bool(on_valid) != bool(on_val):
+            raise ValueError(f"BatchTransformCB: on_valid={on_valid!r} and its alias on_val={on_val!r} disagree; give one of them")
+        self.tfm, self.on_train = tfm, on_train
+        self.on_valid = on_valid if on_valid is not None else on_val if on_val is not None else True
+
+    @property
+    def on_val(self): return self.on_valid
+    @on_val.setter
+    def on_val(self, value): self.on_valid = value
+
     def before_batch(self, learn=None):
         learn = self.learn if learn is None else learn
-        if (self.on_train and learn.training) or (self.on_val and not learn.training):
+        if (self.on_train and learn.training) or (self.on_valid and not learn.training):
             learn.batch = self.tfm(learn.batch)
 
 # %% ../nbs/11_initializing.ipynb #5f240fc7
@@ -214,10 +226,14 @@ def _lsuv_layer(model, m, m_in, xb, tol=1e-3, max_iters=50, name=None):
             if (abs(std - 1) <= tol and abs(mean) <= tol) or i == max_iters: break
             if m_in.bias is not None: m_in.bias -= mean
             m_in.weight /= std
-    if i == max_iters and not (abs(std - 1) <= tol and abs(mean) <= tol):
-        warnings.warn(f"lsuv_init: {name} did not reach mean 0, std 1 within tol={tol} in {max_iters} iterations "
-                      f"(mean {mean:.4f}, std {std:.4f})")
-    return dict(layer=name, iters=i, mean=mean, std=std)
+    res = dict(layer=name, iters=i, mean=mean, std=std, converged=abs(std - 1) <= tol and abs(mean) <= tol, tol=tol)
+    if not res['converged']: warnings.warn(_lsuv_text(res))
+    return res
+
+def _lsuv_text(res):
+    "The warning for a layer that did not converge, from its record."
+    return (f"lsuv_init: {res['layer']} did not reach mean 0, std 1 within tol={res['tol']} in {res['iters']} iterations "
+            f"(mean {res['mean']:.4f}, std {res['std']:.4f})")
 
 @_explain_call(_lsuv_usage)
 def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
@@ -225,6 +241,8 @@ def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
     _check_lsuv_args(model, m, m_in, xb)
     _lsuv_layer(model, m, m_in, xb, tol, max_iters, name=next(n for n, o in model.named_modules() if o is m_in))
 
+
+# %% ../nbs/11_initializing.ipynb #1628c16d
 _lsuv_model_usage = ("lsuv_model(model, xb, acts=None, layers=None, tol=1e-3, max_iters=50). "
                      "For one (activation, layer) pair use lsuv_init(model, m, m_in, xb)")
 
@@ -298,6 +316,8 @@ def variant_defaults(name):
     return dict(lr=0.2, bs=1024, epochs=3, opt_func=partial(optim.SGD, momentum=0.9),
                 sched=one_cycle, nfs=(1, 8, 16, 32, 64))
 
+
+# %% ../nbs/11_initializing.ipynb #7fb5c410
 def make_variant(name, dls, seed=1):
     """Build lesson 11's variant `name` (one of `variant_names`, each adding one fix to the previous) for `dls`.
 
@@ -307,7 +327,8 @@ def make_variant(name, dls, seed=1):
       (`BatchTransformCB`, all but 'baseline' and 'kaiming') and the learning-rate schedule (`SchedCB`);
     - the recipe of `variant_defaults(name)`: `lr`, `bs`, `epochs`, `opt_func`, `nfs`, and `sched`, the scheduler
       factory `SchedCB` in `cbs` already uses (for information: do not add it again). `dls` should have batches of `bs`;
-    - `loss_func`: `F.cross_entropy`; `mod_filter`: what to hook with `ActivationStats` (`block_filter`: every conv block's output).
+    - `loss_func`: `F.cross_entropy`; `layers`: what to hook with `ActivationStats` (`block_filter`: every conv block's output),
+      also under the course's name `mod_filter` for code that reads that key.
     `variant_learner` builds the `Learner` from this dict."""
     recipe = variant_defaults(name)
     bs = getattr(dls.train, 'batch_size', None)
@@ -322,9 +343,12 @@ def make_variant(name, dls, seed=1):
     if name == 'lsuv': lsuv_model(model, to_device(cbs[0].tfm((next(iter(dls.train))[0],))[0]))
     elif name != 'baseline': model.apply(partial(init_weights, leaky=0.1 if level >= 3 else 0.))
     return dict(model=model, cbs=cbs + [SchedCB(recipe['sched'])], **recipe,
-                loss_func=F.cross_entropy, mod_filter=block_filter)
+                loss_func=F.cross_entropy, layers=block_filter, mod_filter=block_filter)
 
+
+# %% ../nbs/11_initializing.ipynb #9d4145db
 def variant_learner(variant, dls, cbs=(), lr=None):
     "A `Learner` training `make_variant`'s dict `variant` on `dls`, with `TrainCB`, `DeviceCB`, its own and the extra `cbs`."
     return Learner(variant['model'], dls, variant['loss_func'], lr=lr or variant['lr'],
                    cbs=[TrainCB(), DeviceCB(), *variant['cbs'], *cbs], opt_func=variant['opt_func'])
+

@@ -106,6 +106,10 @@ def test_input_normalisation_with_batchtransformcb(dls1024, xb):
     set_seed(42)
     fit_course(get_model().apply(init_weights), dls1024, 0.2, [norm, Peek()])
     assert all(abs(m) < 0.1 for m in seen), seen
+    # the course's spellings of the validation switch: `on_val` by name or as the third argument, and as an attribute
+    for cb in (BatchTransformCB(_norm, on_train=True, on_val=False), BatchTransformCB(_norm, True, False)):
+        assert (cb.on_train, cb.on_val, cb.on_valid) == (True, False, False)
+    assert BatchTransformCB(_norm).on_val is True
     # the course's Learner passes the learner to the callback
     fake = fc.NS(training=True, batch=(xb, torch.zeros(len(xb))))
     norm.before_batch(fake)
@@ -203,5 +207,8 @@ def test_batchnorm_variant_recipe():
     dls = few(fashion_dls(d['bs']), 2, 1)
     v = make_variant('batchnorm', dls)
     assert v['bs'] == d['bs'] and v['lr'] == d['lr']
-    learn = variant_learner(v, dls)
+    assert v['layers'] is block_filter and v['mod_filter'] is v['layers']     # `mod_filter`: the course's name, kept for readers of the dict
+    astats = ActivationStats(v['layers'])
+    learn = variant_learner(v, dls, [astats])
     learn.fit(1)
+    assert len(astats.hooks) == 5

@@ -190,3 +190,38 @@ def test_debugcb_read_only_folder_as_another_user():
         assert f"ERROR [Errno 13] SequentialDebugger cannot write its pages to the folder '{folder}'" in res.stdout, res.stdout
         assert 'HOOKS 0' in res.stdout and os.listdir(folder) == []
     finally: shutil.rmtree(base)
+
+# --- one vocabulary (issue #13): layers picked by `select_modules`, `every_epoch` for epochs, `on_valid` (alias `on_val`)
+import warnings
+from miniai.hooks import LayerNotFoundError as HooksLayerNotFoundError
+
+def test_find_module_is_select_modules_by_name():
+    model = toy()
+    assert find_module(model, '1.0') is model[1][0] and dbg.LayerNotFoundError is HooksLayerNotFoundError
+    with pytest.raises(LayerNotFoundError, match=r"target_layer: '1\.00' is neither a layer name nor a class name.*closest layer names: '1\.0'"):
+        find_module(model, '1.00', arg='target_layer')
+    with pytest.raises(LayerNotFoundError, match=r"'Conv2d' is a class name, not a layer name.*\['0\.0', '1\.0'\]"): find_module(model, 'Conv2d')
+    with pytest.raises(TypeError, match='layer_name must be a layer name'): find_module(model, model[1])
+    with FeatureMapDebugger('1.0').attach(model) as d: assert d.hook.name == '1.0'
+    assert not any(hasattr(m, '_hook_name') for m in model.modules())
+
+def test_debugcb_every_epoch_and_its_old_name():
+    sd = SequentialDebugger(100, CONFIG)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        assert DebugCB(sd, every_epoch=3).every_epoch == 3 and DebugCB(sd, 3).every_epoch == 3
+    with pytest.warns(DeprecationWarning, match='every_epoch'): cb = DebugCB(sd, every=2)
+    assert cb.every_epoch == 2
+    assert DebugCB(sd, on_val=True).on_valid is True and DebugCB(sd, on_valid=True).on_val is True
+    assert DebugCB.from_config({'checkpoint_method': 4, 'debugger': {'class': 'SequentialDebugger', 'args': {'debuggers_config': CONFIG}}}).every_epoch == 4
+    with pytest.raises(ValueError, match='every_epoch'): DebugCB(sd, every_epoch=0)
+
+def test_debugcb_every_epoch_picks_epochs(tmp_path):
+    model = toy()
+    sd = SequentialDebugger(100, CONFIG[:1], path=tmp_path)
+    Learner(model, toy_dls(), F.cross_entropy, cbs=[TrainCB(), DebugCB(sd, every_epoch=2)]).fit(4)
+    assert [(r['epoch'], r['iter']) for r in load_pages(tmp_path)] == [(1, 0), (3, 0)]
+
+def test_nbytes_and_unknown_values():
+    assert nbytes({'x': torch.zeros(3, dtype=torch.float64), 'a': np.zeros(2, 'f4'), 's': 'abc', 'n': [1, None]}) == 24 + 8 + 3 + 16
+    with pytest.raises(TypeError, match='debugger results must be tensors'): encode_records({'dev': torch.device('cpu')})
