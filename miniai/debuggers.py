@@ -24,12 +24,10 @@ from .kernel import moments, _row_moments
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what `find_module` raises
 
 # %% auto #0
-__all__ = ['INDEX', 'find_module', 'eval_mode', 'run_model', 'forward_pass', 'to_host', 'BaseDebugger', 'ForwardDebugger',
-           'output_error', 'as_float', 'moment_stats', 'nonfinite_finding', 'format_finding', 'explain_nonfinite',
-           'FeatureMapDebugger', 'AttentionDebugger', 'channel_dims', 'finite_mean_std', 'ActivationStatsDebugger',
-           'LayerOutputDebugger', 'GradCAMDebugger', 'nbytes', 'encode_records', 'decode_records', 'strict_json',
-           'write_page', 'read_index', 'iter_records', 'load_pages', 'build_debugger', 'SequentialDebugger', 'DebugCB',
-           'LayerNotFoundError']
+__all__ = ['find_module', 'eval_mode', 'run_model', 'forward_pass', 'BaseDebugger', 'ForwardDebugger', 'nonfinite_finding',
+           'format_finding', 'explain_nonfinite', 'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger',
+           'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages', 'build_debugger',
+           'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, name, arg='layer_name'):
@@ -63,11 +61,13 @@ def forward_pass(model, inputs, eval=True):
     "Run `model` on `inputs` without gradients, in eval mode when `eval` (each module's mode is restored after)."
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
 
-# %% ../nbs/10c_debuggers.ipynb #7326c6b6
+# %% ../nbs/10c_debuggers.ipynb #60ffa04e
 def to_host(o):
     "`o` (nested dicts, lists and tuples) as a user reads it: 0-d tensors as Python numbers (read together), other tensors detached on the CPU (half precision as float32)."
     return _to_host(o, scalars=True)
 
+
+# %% ../nbs/10c_debuggers.ipynb #7326c6b6
 class BaseDebugger:
     "Interface of a debugger: `debugger(datapoint, model)` returns a dict of results for `datapoint` (a dict with `inputs` and `outputs`)."
     def __call__(self, datapoint, model): raise NotImplementedError
@@ -215,7 +215,7 @@ class AttentionDebugger(ForwardDebugger):
         if isinstance(stats, dict) and isinstance(stats.get('entropy_per_head'), torch.Tensor): stats['entropy_per_head'] = stats['entropy_per_head'].tolist()
         return res
 
-# %% ../nbs/10c_debuggers.ipynb #78e32d03
+# %% ../nbs/10c_debuggers.ipynb #8b5efbf9
 def channel_dims(x):
     "The dims channel statistics reduce: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
     if x.ndim == 4: return (0, 2, 3)
@@ -230,6 +230,8 @@ def finite_mean_std(x, dims):
     stats = _moment_stats(m.T)   # one statistic per row of `m`
     return stats['mean'].reshape(shape), stats['std'].reshape(shape)
 
+
+# %% ../nbs/10c_debuggers.ipynb #78e32d03
 class ActivationStatsDebugger(ForwardDebugger):
     "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
     def __init__(self, layer_name, sat_low=-1., sat_high=1., n_samples=100):
@@ -373,7 +375,7 @@ def strict_json(o, **kwargs):
     "`o` (no arrays) as strict JSON text, non-finite floats as null with a `<key>_reason`."
     return json.dumps(json_safe(o), allow_nan=False, **kwargs)
 
-# %% ../nbs/10c_debuggers.ipynb #f5dceb88
+# %% ../nbs/10c_debuggers.ipynb #15fc7a00
 INDEX = 'index.json'
 
 def write_page(path, stem, records):
@@ -394,6 +396,8 @@ def read_index(path):
     if not (path/INDEX).exists(): raise FileNotFoundError(f'no debugger pages in {path}: {INDEX} is missing (pages are written by SequentialDebugger.flush)')
     return json.loads((path/INDEX).read_text())
 
+
+# %% ../nbs/10c_debuggers.ipynb #f5dceb88
 def iter_records(path, tensors=True):
     "Yield the records of the pages in folder `path`, one page in memory at a time."
     path = Path(path)
