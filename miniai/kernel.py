@@ -71,7 +71,10 @@ def pow2_scale(amax):
 def _moments_vec(n, n_bad, mean_s, m2_s, s, mn, mx):
     "The `moments` vector from scaled mean and m2 (of values multiplied by `s`), unscaled in float64."
     s = s.double()
-    return torch.stack([n, n_bad, mean_s / s, (m2_s.clamp(min=0) / s) / s, mn, mx])
+    # every finite value equal: the mean is that value and m2 is 0, exactly (not the mean's rounding, which near 1e308
+    # the scaling turns back into an m2 of inf); never true without min and max (NaN) or finite values (inf > -inf)
+    same = mn == mx
+    return torch.stack([n, n_bad, torch.where(same, mn, mean_s / s), torch.where(same, 0., (m2_s.clamp(min=0) / s) / s), mn, mx])
 
 def moments(x, precise=False, minmax=True):
     "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
@@ -376,7 +379,9 @@ def _sketch_index(clean, level=0):
                                                                             # zeros still go to the zero bucket, by their sign)
     if level: idx.sub_(_KEY0).div_(2**level).floor_().clamp_(0, k - 1).add_(1)
     else: idx.clamp_(_KEY0, _KEY0 + k - 1).sub_(_KEY0 - 1)               # 1..k by magnitude
-    return torch.where(clean == 0, k, torch.copysign(idx, clean).add_(k)).long()   # zeros (their key was clamped) to k
+    # the sign moves negatives below k and sends zeros (sign 0, their key was clamped) to k itself: one in-place pass,
+    # where `copysign` and a `where` on `clean == 0` took seven times as long
+    return idx.mul_(clean.sign()).add_(k).long()
 
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (int64 counts on the values' device, no host sync to add)."
@@ -534,7 +539,12 @@ def _row_moments(a):
     c = torch.where(fin, c, 0.) * s[:, None]
     mean_s = c.sum(1) / n.clamp(min=1)
     d = torch.where(fin, c - mean_s[:, None], 0.)
-    return torch.stack([n, a.shape[1] - n, mean_s / s, ((d*d).sum(1) / s) / s, mn, mx], 1)
+    # the corrected two-pass mean: the sum's rounding taken back out, so that equal values give deviations of exactly 0
+    # (else one ulp of a mean near 1e308 comes back from the scaling as an m2 of about 1e584: inf instead of 0)
+    mean_s = mean_s + d.sum(1) / n.clamp(min=1)
+    d = torch.where(fin, c - mean_s[:, None], 0.)
+    m2 = torch.where(mn == mx, 0., ((d*d).sum(1) / s) / s)   # all finite values equal: m2 is 0 exactly
+    return torch.stack([n, a.shape[1] - n, mean_s / s, m2, mn, mx], 1)
 
 def _merge_rows(m, e):
     "Merge the rows of moments `m` (`[rows, 6]`) and their error bounds `e` (`[rows, 2]`: mean, m2) into one of each, pairwise (log2(rows) steps)."
