@@ -516,7 +516,8 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     var_a, var_b = (m2a/na/sa/sa if na else nan), (m2b/nb/sb/sb if nb else nan)
     std_a, std_b = (math.sqrt(m2a/na)/sa if na else nan), (math.sqrt(m2b/nb)/sb if nb else nan)
     has_both = n_both > 0 or a.size == 0
-    max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf
+    if math.isfinite(max_err) and max_abs_a > 0: max_rel = max_err/max_abs_a   # unscaled: a subnormal error is not lost
+    else: max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf   # the error overflowed: scaled
     sqnr = math.inf if sq_err == 0 else 10*(_log10(sq_a_err) - _log10(sq_err))   # both in the common scale
     return {'cosine similarity': _cosine(dot, sq_a, sq_b) if has_both else nan,
             'meanA': mean_a/sa if na else nan, 'meanB': mean_b/sb if nb else nan,
