@@ -36,7 +36,7 @@ test: install data
 	@if [ -n "$$(git status --porcelain -- miniai)" ]; then \
 	  echo "miniai/ differs from what the notebooks export: run nbdev-export and commit notebooks and modules together."; \
 	  git status --short -- miniai; exit 1; fi
-	@start=$$(date +%s); $(PY) -m pytest tests -q -n 2 --maxschedchunk 1 -p no:cacheprovider --durations=15; rc=$$?; \
+	@start=$$(date +%s); HYPOTHESIS_PROFILE=make-test $(PY) -m pytest tests -q -n 2 --maxschedchunk 1 -p no:cacheprovider --durations=15; rc=$$?; \
 	echo "make test: pytest took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 bench: install data
