@@ -68,13 +68,13 @@ def pow2_scale(amax):
     return torch.ldexp(torch.ones_like(amax), (-e).clamp(max=_MAX_SHIFT[amax.dtype]))
 
 # %% ../nbs/08_kernel.ipynb #d9e46d95
-def _moments_vec(n, n_bad, mean_s, m2_s, s, mn, mx):
-    "The `moments` vector from scaled mean and m2 (of values multiplied by `s`), unscaled in float64."
+def _moments_vec(n, n_bad, mean_s, m2_s, s, mn, mx, dim=0):
+    "The `moments` vector (stacked along `dim`: 1 for one row per input row) from scaled mean and m2 (of values multiplied by `s`), unscaled in float64."
     s = s.double()
     # every finite value equal: the mean is that value and m2 is 0, exactly (not the mean's rounding, which near 1e308
     # the scaling turns back into an m2 of inf); never true without min and max (NaN) or finite values (inf > -inf)
     same = mn == mx
-    return torch.stack([n, n_bad, torch.where(same, mn, mean_s / s), torch.where(same, 0., (m2_s.clamp(min=0) / s) / s), mn, mx])
+    return torch.stack([n, n_bad, torch.where(same, mn, mean_s / s), torch.where(same, 0., (m2_s.clamp(min=0) / s) / s), mn, mx], dim)
 
 def moments(x, precise=False, minmax=True):
     "`[n, n_nonfinite, mean, m2, min, max]` of the finite values of `x`, float64 on `x`'s device, with no host sync."
@@ -543,8 +543,7 @@ def _row_moments(a):
     # (else one ulp of a mean near 1e308 comes back from the scaling as an m2 of about 1e584: inf instead of 0)
     mean_s = mean_s + d.sum(1) / n.clamp(min=1)
     d = torch.where(fin, c - mean_s[:, None], 0.)
-    m2 = torch.where(mn == mx, 0., ((d*d).sum(1) / s) / s)   # all finite values equal: m2 is 0 exactly
-    return torch.stack([n, a.shape[1] - n, mean_s / s, m2, mn, mx], 1)
+    return _moments_vec(n, a.shape[1] - n, mean_s, (d*d).sum(1), s, mn, mx, dim=1)   # equal values: m2 exactly 0, as in `moments`
 
 def _merge_rows(m, e):
     "Merge the rows of moments `m` (`[rows, 6]`) and their error bounds `e` (`[rows, 2]`: mean, m2) into one of each, pairwise (log2(rows) steps)."
