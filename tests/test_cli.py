@@ -113,20 +113,12 @@ def test_help_still_works(tmp_path):
     assert res.returncode == 0 and 'usage: miniai-diagnose' in res.stdout and '--lr' in res.stdout
 
 # --- several processes: torchrun with two CPU ranks (gloo) ---
-from _torchrun import free_port, torchrun_env
-
-def torchrun(args, timeout=240):
-    cmd = [sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', '--nnodes=1', '--master_addr=127.0.0.1',
-           f'--master_port={free_port()}', *map(str, args)]
-    t0 = time.perf_counter()
-    res = subprocess.run(cmd, env=torchrun_env(), capture_output=True, text=True, timeout=timeout)
-    res.seconds = time.perf_counter() - t0
-    return res
+from _torchrun import run_two_ranks
 
 def test_two_ranks_under_torchrun(tmp_path):
     "Both ranks train; rank 0 alone prints and writes; summary and TensorBoard hold the statistics of both ranks' batches."
     out, tb = tmp_path/'out', tmp_path/'tb'
-    res = torchrun(['-m', 'miniai', '--epochs', '1', '--max-batches', '8', '--out', out, '--tensorboard', tb])
+    res = run_two_ranks('-m', 'miniai', '--epochs', '1', '--max-batches', '8', '--out', out, '--tensorboard', tb, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count('test accuracy') == 1 and '(2 processes)' in res.stdout
     summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
@@ -148,7 +140,7 @@ def test_two_ranks_under_torchrun(tmp_path):
 def test_a_failing_rank_fails_the_run(tmp_path):
     "Rank 1 raises after one batch: the run exits with an error within the time limit, and nothing is written."
     out = tmp_path/'out'
-    res = torchrun([Path(__file__).parent/'_cli_failing_rank.py', '--epochs', '1', '--out', out], timeout=200)
+    res = run_two_ranks(Path(__file__).parent/'_cli_failing_rank.py', '--epochs', '1', '--out', out, timeout=200)
     assert res.returncode != 0
     assert 'rank 1 fails on purpose' in res.stderr, res.stderr[-3000:]
     assert not (out/'summary.json').exists()
