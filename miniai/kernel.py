@@ -546,13 +546,22 @@ def _row_moments(a):
     return _moments_vec(n, a.shape[1] - n, mean_s, (d*d).sum(1), s, mn, mx, dim=1)   # equal values: m2 exactly 0, as in `moments`
 
 def _merge_rows(m, e):
-    "Merge the rows of moments `m` (`[rows, 6]`) and their error bounds `e` (`[rows, 2]`: mean, m2) into one of each, pairwise (log2(rows) steps)."
-    while m.shape[0] > 1:
-        if m.shape[0] % 2:   # an odd row out merges with an empty one
-            m = torch.cat([m, _empty_moments(m.device)[None]]); e = torch.cat([e, e.new_zeros(1, 2)])
-        a, b, ea, eb = m[0::2], m[1::2], e[0::2], e[1::2]
-        m, e = merge_moments(a, b), _merge_errors(a, b, ea, eb)
-    return m[0], e[0]
+    "Merge the rows of moments `m` (`[rows, 6]`) and their error bounds `e` (`[rows, 2]`: mean, m2) into one of each, in one step."
+    n_i = m[:, 0]
+    n = n_i.sum()
+    w = n_i / n.clamp(min=1)
+    # the weighted mean of the row means cannot overflow; each row then adds its m2 and its count times its squared
+    # deviation from that mean (squared last, so it overflows only when the result does): Chan's formula for k rows
+    has = n_i > 0
+    lo, hi = torch.where(has, m[:, 2], math.inf).amin(), torch.where(has, m[:, 2], -math.inf).amax()
+    same = lo == hi   # all rows' means equal (e.g. one value everywhere): deviations exactly 0, not the mean's rounding
+    mean = torch.where(same, hi, (m[:, 2] * w).sum())
+    d = torch.where(has & ~same, m[:, 2] - mean, 0.)
+    m2 = m[:, 3].sum() + ((d * n_i.sqrt())**2).sum()
+    # error bounds to first order: the rows' own, plus what their mean errors (and the merged mean's) move each deviation
+    mean_err = (e[:, 0] * w).sum()
+    m2_err = e[:, 1].sum() + (2 * n_i * d.abs() * (e[:, 0] + mean_err)).sum()
+    return torch.stack([n, m[:, 1].sum(), mean, m2, m[:, 4].amin(), m[:, 5].amax()]), torch.stack([mean_err, m2_err])
 
 def _merge_errors(a, b, ea, eb):
     "Bounds on the mean and m2 errors of `merge_moments(a, b)` from those of `a` and `b` (each `[..., 2]`)."
@@ -564,11 +573,13 @@ def _merge_errors(a, b, ea, eb):
     return torch.stack([mean_err, m2_err], -1)
 
 def _raw_batch(x, sample, rng):
-    "What the hot path reads from flat float `x`: its sum, sum of squares, exact finite count, min and max (NaN/Inf when `x` holds any), and a stratified sample."
-    return (x.sum(), torch.dot(x, x), count_finite(x), x.amin(), x.amax()), _sample(x, sample, rng)   # amin, amax: faster than aminmax
+    "What the hot path reads from flat float `x`: `[sum, sum of squares, exact finite count, min, max]` in one tensor (the sums, min and max NaN/Inf when `x` holds any), and a stratified sample."
+    mn, mx = torch.aminmax(x)   # one pass for both
+    return torch.stack([x.sum(), torch.dot(x, x), count_finite(x), mn, mx]), _sample(x, sample, rng)
 
 
 # %% ../nbs/08_kernel.ipynb #a305aa59
+_FALLBACK = 4096   # sample values a batch's estimated moments come from, when its sums cannot be trusted
 _AUX = ('est_batches', 'minmax_est_batches', 'zeros', 'weight', 'sampled_weight', 'sampled', 'unsampled')
 
 class RunningStats:
@@ -611,8 +622,8 @@ class RunningStats:
         if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(device)
 
     def flush(self):
-        "Process the pending batches: about thirty device ops for up to `flush_every` batches."
-        rows, errs, aux = [], [], torch.zeros_like(self.aux)
+        "Process the pending batches: a few dozen device ops for up to `flush_every` batches, merged into the run's moments in one step."
+        rows, errs, aux = [self.moms[None]], [self.errs[None]], torch.zeros_like(self.aux)
         if self._raw:
             rows_, errs_ = self._flush_sampled(aux)
             rows.append(rows_); errs.append(errs_)
@@ -627,9 +638,8 @@ class RunningStats:
             self._bucket(a, aux)
             i = j
         self._raw, self._samples, self._numels, self._whole = [], [], [], []
-        if not rows: return
-        m, e = _merge_rows(torch.cat(rows), torch.cat(errs))
-        self.moms, self.errs = merge_moments(self.moms, m), _merge_errors(self.moms, m, self.errs, e)
+        if len(rows) == 1: return
+        self.moms, self.errs = _merge_rows(torch.cat(rows), torch.cat(errs))
         self.aux += aux
 
     def _bucket(self, a, aux):
@@ -639,28 +649,29 @@ class RunningStats:
 
     def _flush_sampled(self, aux):
         "Per-batch moments and error bounds from the raw sums, or from the sample where the sums cannot be trusted; the samples into the sketch and the zero count."
-        raw = torch.stack([torch.stack(c if len({t.dtype for t in c}) == 1 else [t.double() for t in c]) for c in zip(*self._raw)], 1).double()
+        raw = torch.stack(self._raw).double()          # per batch: sum, sum of squares, exact finite count, min, max
         total, sq, n, mn, mx = raw.unbind(1)
-        smp = torch.stack(self._samples) if len({s.dtype for s in self._samples}) == 1 else torch.stack([s.double() for s in self._samples])
+        one_dtype = len({t.dtype for t in self._samples}) == 1
+        smp = torch.stack(self._samples if one_dtype else [t.double() for t in self._samples])
         dev, S = smp.device, smp.shape[1]
         numel = torch.tensor(self._numels, dtype=torch.float64, device=dev)
         strides = [k // self.sample for k in self._numels]
         stride = torch.tensor(strides, dtype=torch.float64, device=dev)
-        k = torch.mul(smp, 0.).add_(1.).nansum(1).double()               # finite values per row (1 + 0*x: NaN for NaN/Inf)
         c = torch.nan_to_num(smp, nan=0., posinf=0., neginf=0.)
-        self._sketch_rows(c, strides, aux, ((S - k) * stride).sum())
-        # the fallback for batches whose sums cannot be trusted (rare): moments of every 4th stratum of the sample, float64
-        q = c[:, ::4].double()
-        kq = torch.mul(smp[:, ::4], 0.).add_(1.).nansum(1).double()
-        smn, smx = torch.where(smp[:, ::4].isfinite(), q, math.inf).amin(1), torch.where(smp[:, ::4].isfinite(), q, -math.inf).amax(1)
-        s = pow2_scale(q.abs().amax(1))
+        fin = smp == c                       # finite: NaN and ±Inf became 0, which they are not equal to
+        k_all = fin.sum(1).double()          # finite values per sample row
+        self._sketch_rows(c, strides, aux, ((S - k_all) * stride).sum())
+        # the fallback for batches whose sums cannot be trusted (rare): float64 moments of an evenly spaced part of the sample
+        step = max(1, S // _FALLBACK)
+        fq, q = fin[:, ::step], c[:, ::step].double()
+        k = fq.sum(1).double()
+        smn, smx = torch.where(fq, q, math.inf).amin(1), torch.where(fq, q, -math.inf).amax(1)
+        s = pow2_scale(torch.maximum(smn.abs(), smx.abs()))                 # 1 for a row without finite values
         q.mul_(s[:, None])                                                   # no square overflows now
         s1, s2 = q.sum(1), torch.linalg.vector_norm(q, dim=1)**2
-        safe_k = kq.clamp(min=1)
+        safe_k = k.clamp(min=1)
         smean = s1 / safe_k / s
-        var_s = ((s2 - s1 * s1 / safe_k).clamp(min=0) / s / s) / (kq - 1).clamp(min=1)
-        k_all = k
-        k = kq
+        var_s = ((s2 - s1 * s1 / safe_k).clamp(min=0) / s / s) / (k - 1).clamp(min=1)
         eps = torch.tensor([_EPS.get(t.dtype, 2.**-20) for t in self._samples], dtype=torch.float64, device=dev)
         tiny = torch.tensor([_TINY.get(t.dtype, 2.**-149) for t in self._samples], dtype=torch.float64, device=dev)
         # every value finite and sums in range: the moments of the raw sums, with their rounding bounds

@@ -18,7 +18,7 @@ from torch import nn
 from .datasets import *
 from .learner import *
 from .kernel import moments, merge_moments, QuantileSketch, RunningStats, sketch_alpha, SKETCH_ALPHA, MAX_SKETCH_LEVEL
-from .kernel import _as_float, _raw_batch, _merge_errors, _AUX, _bucket_tables
+from .kernel import _as_float, _raw_batch, _merge_errors, _AUX, _FALLBACK, _bucket_tables
 from .hooks import Hooks, tensor_items, skip_reason, default_mod_filter, HooksCallback, select_modules
 from .core import write_json
 
@@ -154,7 +154,8 @@ _BASE_BYTES = (6 + 2 + len(_AUX)) * 8    # moments, error bounds, counters
 class _Stream(RunningStats):
     "One statistic of a collector: a `RunningStats`, plus a buffer of the first `max_samples` values for exact percentiles."
     def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False):
-        super().__init__(device, level, exact=exact, zeros=zeros)
+        # the sample feeds the sketch and the zero count; without them only the rare fallback estimate reads it
+        super().__init__(device, level, sample=16384 if level is not None or zeros else _FALLBACK, exact=exact, zeros=zeros)
         self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64, device=device)
         self.filled = 0                                  # values in buf (host int: known from shapes)
         self.complete = self.buf is not None             # buf holds every value seen
@@ -231,9 +232,9 @@ class StatisticsCollector:
         "The hot path's raw statistics of tensor `t` (flat float `x`), shared with the next stream that sees the same tensor (a module's input is often the previous output); None when `stream` takes `x` whole."
         if stream.exact or x.numel() <= stream.sample: return None
         hit = self._recent
-        if hit is not None and hit[0]() is t and hit[1] == t._version: return hit[2]
+        if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == stream.sample: return hit[3]
         raw = _raw_batch(x, stream.sample, stream._rng)
-        self._recent = (weakref.ref(t), t._version, raw)
+        self._recent = (weakref.ref(t), t._version, stream.sample, raw)
         return raw
 
     def _module_meta(self, name):
