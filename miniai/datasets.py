@@ -22,15 +22,14 @@ from .core import atomic_write
 warnings.filterwarnings('ignore', message='IProgress not found')
 
 # %% auto #0
-__all__ = ['fashion_classes', 'debian_fashion_path', 'IDXError', 'read_idx', 'write_idx', 'fashion_mnist_dir', 'cache_dir',
-           'read_fashion_split', 'load_fashion_mnist', 'add_to_hf_cache', 'TensorDictDataset', 'to_float_image',
-           'tensor_dd', 'inplace', 'collate_dict', 'get_dls', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots',
-           'get_grid', 'show_images']
+__all__ = ['fashion_classes', 'IDXError', 'load_fashion_mnist', 'add_to_hf_cache', 'TensorDictDataset', 'tensor_dd', 'inplace',
+           'collate_dict', 'get_dls', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots', 'get_grid', 'show_images']
 
 # %% ../nbs/05_datasets.ipynb #5a01b6df
 class IDXError(ValueError):
     "An IDX file is corrupt, truncated or does not match its partner file."
 
+# %% ../nbs/05_datasets.ipynb #19ad4189
 _idx_dtypes = {0x08: np.uint8}
 
 def read_idx(fn) -> np.ndarray:
@@ -61,6 +60,8 @@ def write_idx(fn, arr:np.ndarray):
 
 # %% ../nbs/05_datasets.ipynb #eca4b952
 fashion_classes = ['T - shirt / top', 'Trouser', 'Pullover', 'Dress', 'Coat', 'Sandal', 'Shirt', 'Sneaker', 'Bag', 'Ankle boot']
+
+# %% ../nbs/05_datasets.ipynb #2c0eaab1
 _fashion_files = {'train': ('train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'),
                   'test':  ('t10k-images-idx3-ubyte.gz',  't10k-labels-idx1-ubyte.gz')}
 debian_fashion_path = Path('/usr/share/datasets/fashion-mnist')
@@ -291,6 +292,7 @@ def _decoded_images(ds):
     atomic_write(fn, lambda f: np.save(f, imgs, allow_pickle=False))
     return imgs
 
+# %% ../nbs/05_datasets.ipynb #dca5a35f
 def tensor_dd(dd, tfm=to_float_image, x='image', y='label'):
     "Decode every split of DatasetDict `dd` once into a `TensorDictDataset` with batch transform `tfm`."
     res = {}

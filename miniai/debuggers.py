@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np, torch
 import fastcore.all as fc
+from fastcore.basics import patch
 from torch import nn
 import torch.nn.functional as F
 
@@ -21,13 +22,12 @@ from .core import to_host as _to_host
 from .learner import Callback
 from .hooks import Hook, LayerNotFoundError, select_modules
 from .kernel import moments, _row_moments
-_all_ = ['LayerNotFoundError']   # from miniai.hooks: what `find_module` raises
+_all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
 
 # %% auto #0
-__all__ = ['find_module', 'eval_mode', 'run_model', 'forward_pass', 'BaseDebugger', 'ForwardDebugger', 'nonfinite_finding',
-           'format_finding', 'explain_nonfinite', 'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger',
-           'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages', 'build_debugger',
-           'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
+__all__ = ['forward_pass', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger',
+           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages',
+           'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, name, arg='layer_name'):
@@ -57,6 +57,7 @@ def run_model(model, inputs):
     if isinstance(inputs, (tuple, list)): return model(*inputs)
     return model(inputs)
 
+# %% ../nbs/10c_debuggers.ipynb #ff58bdbd
 def forward_pass(model, inputs, eval=True):
     "Run `model` on `inputs` without gradients, in eval mode when `eval` (each module's mode is restored after)."
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
@@ -472,73 +473,82 @@ class SequentialDebugger(BaseDebugger):
         finally:
             for d in fwd: d.active = True
 
-    def collect(self, datapoint, model, **meta):
-        "Run all debuggers on `datapoint` and buffer their results as computed (device tensors) with `meta` (e.g. epoch, iter); returns the record."
-        fwd = self.forward_debuggers
-        if fwd and not self.attached:
-            try:
-                self.attach(model)
-                forward_pass(model, datapoint['inputs'])
-            finally: self.remove()
-        results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
-        with self._paused():
-            for name, d in self.debuggers.items():
-                if not isinstance(d, ForwardDebugger): results[name] = d.collect(datapoint, model)
-        record = {**meta, 'results': {name: results[name] for name in self.debuggers}}
-        self.add(record)
-        return record
-
-    def __call__(self, datapoint, model, **meta):
-        "Run all debuggers on `datapoint`, buffer the results with `meta` (e.g. epoch, iter) and return `{name: results}` on the host."
-        return self.to_host(self.collect(datapoint, model, **meta)['results'])
-
-    def to_host(self, results):
-        "`{name: results}` with each debugger's results as its `to_host` gives them."
-        return {name: self.debuggers[name].to_host(r) if name in self.debuggers else to_host(r) for name, r in results.items()}
-
-    def add(self, record):
-        "Buffer `record`, writing a page when the buffer reaches `page_size_mb`."
-        self.buffer.append(record)
-        self.n_records += 1
-        self.buffer_bytes += nbytes(record)
-        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
-        if self.buffer_bytes >= self.page_size_mb * 2**20: self.flush()
-
-    def _write_error(self, e):
-        "`e` (an OSError) again, with a message that names the folder and says what is kept."
-        detail = e.strerror or str(e)
-        if e.filename and os.fspath(e.filename) != os.fspath(self.path): detail += f' ({e.filename})'
-        kept = f' (nothing is lost: {len(self.buffer)} records are still buffered; flush() again writes them)' if self.buffer else ''
-        msg = f'{type(self).__name__} cannot write its pages to the folder {str(self.path)!r}: {detail}. Give path= a writable folder{kept}'
-        return type(e)(e.errno, msg) if e.errno is not None else type(e)(msg)
-
-    def check_path(self):
-        "Raise now, with the folder's name, if the pages folder `path` cannot be created or written in (None: a new temporary folder at the first flush)."
-        if self.path is None: return
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.path): pass
-        except OSError as e: raise self._write_error(e) from e
-
-    def flush(self):
-        "Write the buffered records as a page (if any), then the index; returns the folder. On failure the records stay buffered."
-        if self.path is None: self.path = Path(tempfile.mkdtemp(prefix='miniai_debug_'))
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            if self.buffer:
-                records = [{**r, 'results': self.to_host(r['results'])} for r in self.buffer]
-                self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', records))
-                self.buffer, self.buffer_bytes = [], 0
-            index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
-                     'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
-            write_json(self.path/INDEX, index, durable=False)
-        except OSError as e: raise self._write_error(e) from e
-        return self.path
-
     read_pages = staticmethod(load_pages)
     @property
     def peak_buffer_mb(self): return self.peak_buffer_bytes / 2**20
     def __repr__(self): return f'{type(self).__name__}({self.page_size_mb}MB, {list(self.debuggers)})'
+
+# %% ../nbs/10c_debuggers.ipynb #691783c9
+@patch
+def to_host(self:SequentialDebugger, results):
+    "`{name: results}` with each debugger's results as its `to_host` gives them."
+    return {name: self.debuggers[name].to_host(r) if name in self.debuggers else to_host(r) for name, r in results.items()}
+
+@patch
+def add(self:SequentialDebugger, record):
+    "Buffer `record`, writing a page when the buffer reaches `page_size_mb`."
+    self.buffer.append(record)
+    self.n_records += 1
+    self.buffer_bytes += nbytes(record)
+    self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
+    if self.buffer_bytes >= self.page_size_mb * 2**20: self.flush()
+
+@patch
+def _write_error(self:SequentialDebugger, e):
+    "`e` (an OSError) again, with a message that names the folder and says what is kept."
+    detail = e.strerror or str(e)
+    if e.filename and os.fspath(e.filename) != os.fspath(self.path): detail += f' ({e.filename})'
+    kept = f' (nothing is lost: {len(self.buffer)} records are still buffered; flush() again writes them)' if self.buffer else ''
+    msg = f'{type(self).__name__} cannot write its pages to the folder {str(self.path)!r}: {detail}. Give path= a writable folder{kept}'
+    return type(e)(e.errno, msg) if e.errno is not None else type(e)(msg)
+
+@patch
+def check_path(self:SequentialDebugger):
+    "Raise now, with the folder's name, if the pages folder `path` cannot be created or written in (None: a new temporary folder at the first flush)."
+    if self.path is None: return
+    try:
+        self.path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=self.path): pass
+    except OSError as e: raise self._write_error(e) from e
+
+@patch
+def flush(self:SequentialDebugger):
+    "Write the buffered records as a page (if any), then the index; returns the folder. On failure the records stay buffered."
+    if self.path is None: self.path = Path(tempfile.mkdtemp(prefix='miniai_debug_'))
+    try:
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.buffer:
+            records = [{**r, 'results': self.to_host(r['results'])} for r in self.buffer]
+            self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', records))
+            self.buffer, self.buffer_bytes = [], 0
+        index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
+                 'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
+        write_json(self.path/INDEX, index, durable=False)
+    except OSError as e: raise self._write_error(e) from e
+    return self.path
+
+# %% ../nbs/10c_debuggers.ipynb #6deb094a
+@patch
+def collect(self:SequentialDebugger, datapoint, model, **meta):
+    "Run all debuggers on `datapoint` and buffer their results as computed (device tensors) with `meta` (e.g. epoch, iter); returns the record."
+    fwd = self.forward_debuggers
+    if fwd and not self.attached:
+        try:
+            self.attach(model)
+            forward_pass(model, datapoint['inputs'])
+        finally: self.remove()
+    results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
+    with self._paused():
+        for name, d in self.debuggers.items():
+            if not isinstance(d, ForwardDebugger): results[name] = d.collect(datapoint, model)
+    record = {**meta, 'results': {name: results[name] for name in self.debuggers}}
+    self.add(record)
+    return record
+
+@patch
+def __call__(self:SequentialDebugger, datapoint, model, **meta):
+    "Run all debuggers on `datapoint`, buffer the results with `meta` (e.g. epoch, iter) and return `{name: results}` on the host."
+    return self.to_host(self.collect(datapoint, model, **meta)['results'])
 
 # %% ../nbs/10c_debuggers.ipynb #771eaa51
 class DebugCB(Callback):

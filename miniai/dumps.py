@@ -13,15 +13,16 @@ from pathlib import Path
 
 import numpy as np, torch
 import fastcore.all as fc
+from fastcore.basics import patch
 from torch import nn
 from fastprogress import progress_bar
 from .core import atomic_write, to_host, write_json
 from .kernel import moments
 
 # %% auto #0
-__all__ = ['CSV_COLUMNS', 'dump_filename', 'rank_dir', 'save_npy', 'DumpWriter', 'TargetClassWarning', 'SavingHook',
-           'register_saving_hook', 'register_hook', 'dump_index', 'load_dump', 'compare_arrays', 'compare_files',
-           'CompareSetupError', 'read_csv', 'compare_dumps', 'find_failures', 'compare_main']
+__all__ = ['TargetClassWarning', 'SavingHook', 'register_saving_hook', 'register_hook', 'dump_index', 'load_dump',
+           'compare_arrays', 'compare_files', 'CompareSetupError', 'read_csv', 'compare_dumps', 'find_failures',
+           'compare_main']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def _sanitize_name(name) -> str:
@@ -135,12 +136,13 @@ class _StagingPool:
             self.allocated -= sum(b.numel() for b in self.free)
             self.free = []
 
-# %% ../nbs/10b_dumps.ipynb #00b1afce
+# %% ../nbs/10b_dumps.ipynb #152bc2a1
 def _spare_core() -> bool:
     "True when this process may use more CPU cores than PyTorch's intra-op threads, so a writer thread has one to itself."
     cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else (os.cpu_count() or 1)
     return cores > torch.get_num_threads()
 
+# %% ../nbs/10b_dumps.ipynb #00b1afce
 class DumpWriter:
     "Write tensors to `.npy` files on a background thread; copies wait in a `_StagingPool` of `buffer_mb` (CPU) or a queue of `queue_size` (devices)."
     def __init__(self, buffer_mb=256, queue_size=64, kick_every=16, background=None):
@@ -208,31 +210,34 @@ class DumpWriter:
         finally:
             if buf is not None: self.pool.release(buf)
 
-    def flush(self):
-        "Wait until every queued tensor is written, then write each changed folder's `index.json`; raise if a write failed."
-        while self.help(): pass   # the caller writes too: two threads drain the queue
-        if self.thread.is_alive(): self._wait(lambda: not self.pending and not self.busy)
-        with self.lock:
-            written, self.written = self.written, []
-            changed = set()
-            for fn, info, meta in written:
-                fn = Path(fn)
-                self.index.setdefault(fn.parent, {})[fn.name] = {**info, **meta}
-                changed.add(fn.parent)
-            for folder in changed: write_json(folder/'index.json', dict(sorted(self.index[folder].items())), durable=False)
-            errors, self.errors = self.errors, []
-        if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
+# %% ../nbs/10b_dumps.ipynb #43fa1001
+@patch
+def flush(self:DumpWriter):
+    "Wait until every queued tensor is written, then write each changed folder's `index.json`; raise if a write failed."
+    while self.help(): pass   # the caller writes too: two threads drain the queue
+    if self.thread.is_alive(): self._wait(lambda: not self.pending and not self.busy)
+    with self.lock:
+        written, self.written = self.written, []
+        changed = set()
+        for fn, info, meta in written:
+            fn = Path(fn)
+            self.index.setdefault(fn.parent, {})[fn.name] = {**info, **meta}
+            changed.add(fn.parent)
+        for folder in changed: write_json(folder/'index.json', dict(sorted(self.index[folder].items())), durable=False)
+        errors, self.errors = self.errors, []
+    if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
 
-    def close(self):
-        "Flush, stop the thread and free the buffers. Safe to call twice."
-        try: self.flush()
-        finally:
-            self.stopped = True
-            if self.thread.is_alive():
-                self.pending.append(None)
-                self.kick()
-                self.thread.join()
-            self.pool.clear()
+@patch
+def close(self:DumpWriter):
+    "Flush, stop the thread and free the buffers. Safe to call twice."
+    try: self.flush()
+    finally:
+        self.stopped = True
+        if self.thread.is_alive():
+            self.pending.append(None)
+            self.kick()
+            self.thread.join()
+        self.pool.clear()
 
 # %% ../nbs/10b_dumps.ipynb #fcf20123
 class TargetClassWarning(UserWarning):
@@ -401,13 +406,14 @@ def load_dump(fn, tensor=False, mmap=False):
     res = torch.from_numpy(np.array(arr))
     return res.to(getattr(torch, dtype)) if dtype and hasattr(torch, dtype) else res
 
-# %% ../nbs/10b_dumps.ipynb #e672a483
+# %% ../nbs/10b_dumps.ipynb #855f1a06
 _stat_cols = ['cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB', 'varA', 'varB', 'varA - varB']
 CSV_COLUMNS = ['tensor_name', *_stat_cols, 'max_abs_err', 'max_rel_err', 'sqnr_db', 'nan_A', 'inf_A', 'nan_B', 'inf_B',
                'nan_pos_mismatch', 'inf_pos_mismatch', 'n_finite_both', 'n_elements']
 
+# %% ../nbs/10b_dumps.ipynb #b832ad2e
 def _dot(x, y):
-    "Float64 dot product of 1-d arrays; `einsum` because BLAS threads are slow to wake up for one vector (40x on 2 busy cores)."
+    "Float64 dot product of 1-d arrays; `einsum`, because BLAS threads are slow to wake up for one vector."
     return float(np.einsum('i,i->', x, y))
 
 def _finite_moments(x):
@@ -422,6 +428,7 @@ def _merge(n, mean, m2, nx, mx, m2x):
     tot = n + nx; delta = mx - mean
     return tot, mean + delta*nx/tot, m2 + m2x + delta*delta*n*nx/tot
 
+# %% ../nbs/10b_dumps.ipynb #f4d46d8d
 def _cosine(dot, sq_a, sq_b):
     if sq_a == 0 and sq_b == 0: return 1.0
     if sq_a == 0 or sq_b == 0: return 0.0
@@ -453,6 +460,7 @@ def _max_abs_finite(a, b, chunk_size):
 
 def _log10(x): return math.log10(x) if x > 0 else -math.inf
 
+# %% ../nbs/10b_dumps.ipynb #e672a483
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     "Statistics of two same-shape arrays (in float64, chunk by chunk): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
@@ -576,12 +584,13 @@ def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<1
     except Exception as e:   # e.g. the file shrank while we read it
         return {'tensor_name': name, 'reason': f'ERROR: {type(e).__name__}: {e}'}
 
-# %% ../nbs/10b_dumps.ipynb #e977935f
+# %% ../nbs/10b_dumps.ipynb #bf2125cc
 _UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
 
 class CompareSetupError(ValueError):
     "The dump folders cannot be compared as asked (a symlinked folder, nowhere to write the CSVs): nothing was compared."
 
+# %% ../nbs/10b_dumps.ipynb #9a98b60c
 def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
 
 def _display_name(name) -> str:
@@ -589,6 +598,7 @@ def _display_name(name) -> str:
     text = os.fsencode(name).decode('utf-8', 'backslashreplace')
     return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
 
+# %% ../nbs/10b_dumps.ipynb #2b5481d3
 def _entries(folder):
     "{name: st_mode} of `folder`'s entries, from `lstat` (links not followed)."
     with os.scandir(folder) as it: return {e.name: e.stat(follow_symlinks=False).st_mode for e in it}
@@ -623,6 +633,7 @@ def _writable_dir(folder):
     try: atomic_write(probe, lambda f: f.write(b'ok')); os.unlink(probe)
     except OSError as e: raise CompareSetupError(f"cannot write the CSVs in {folder}: {e.strerror}") from None
 
+# %% ../nbs/10b_dumps.ipynb #e52c62b2
 def _write_csv(fn, rows, columns=CSV_COLUMNS):
     "Atomically write `rows` (dicts keyed by `columns`; other keys are left out) to CSV file `fn`."
     buf = io.StringIO()
@@ -637,6 +648,7 @@ def read_csv(fn) -> list:
         return int(v) if re.fullmatch(r'-?\d+', v) else float(v)
     with open(fn, newline='') as f: return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
+# %% ../nbs/10b_dumps.ipynb #e977935f
 def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chunk_size=1<<19, progress=True, verbose=True) -> dict:
     "Compare dump folders `path_a` and `path_b` file by file, write the CSVs in `path_a`; returns {(kind, rank): {'compared': rows, 'uncompared': rows}}."
     path_a, path_b = Path(path_a), Path(path_b)

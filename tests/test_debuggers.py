@@ -5,7 +5,7 @@ from torch import nn
 import miniai.debuggers as dbg
 from miniai.debuggers import *
 # helpers the tests reach into (not in `__all__`: a user does not call them)
-from miniai.debuggers import (INDEX, as_float, channel_dims, decode_records, encode_records, finite_mean_std, moment_stats,
+from miniai.debuggers import (INDEX, as_float, channel_dims, decode_records, encode_records, find_module, finite_mean_std, moment_stats,
                               nbytes, output_error, read_index, strict_json, to_host, write_page)
 
 def toy():
