@@ -6,14 +6,14 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/08_kernel.ipynb #92bf7170
 from __future__ import annotations
-import math, random, threading, functools
+import math, os, random, threading, functools, contextlib, importlib.util, warnings
 import numpy as np, torch
 import fastcore.all as fc
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # %% auto #0
 __all__ = ['SKETCH_ALPHA', 'MAX_SKETCH_LEVEL', 'count_finite', 'pow2_scale', 'moments', 'merge_moments', 'moments_dict',
-           'count_syncs', 'abs_hist', 'StatsRecorder', 'sketch_alpha', 'QuantileSketch', 'RunningStats']
+           'count_syncs', 'abs_hist', 'fused_kernel', 'StatsRecorder', 'sketch_alpha', 'QuantileSketch', 'RunningStats']
 
 # %% ../nbs/08_kernel.ipynb #3d0bcc1a
 _scratch_bufs = {}
@@ -197,6 +197,72 @@ def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
     a = torch.abs(x, out=_scratch(n, x.dtype, x.device, 1))
     return _bin_counts(a, bins, hi, _scratch(n, torch.int32, x.device, 2))[1:].float()
 
+# %% ../nbs/08_kernel.ipynb #b86ead78
+# numba is imported and the loop compiled at the first CPU call (0.2 s, then cached on disk), not when miniai is imported
+_FUSED = [importlib.util.find_spec('numba') is not None and os.environ.get('MINIAI_FUSED', '1') != '0']
+_fused_sums = None
+
+def _fused_sums_loop(x, out):
+    "One pass over float32 array `x`: `out[0:3]` = sum, sum of squares (float64), finite count; `out[3:5]` = min, max if `len(out) == 5`. Sums, min and max are NaN when `x` holds NaN/Inf (as torch's would be)."
+    bits = x.view(np.int32)
+    n_fin, s, q = 0, 0.0, 0.0
+    lo, hi = np.int32(0x7fffffff), np.int32(-0x7fffffff - 1)   # as integer keys: above / below every float
+    minmax = out.size == 5
+    for i in range(x.size):
+        b = bits[i]
+        fin = (b & 0x7f800000) != 0x7f800000                    # exponent not all ones: finite
+        v = np.float64(x[i]) if fin else 0.0
+        n_fin += fin
+        s += v
+        q += v * v
+        if minmax:
+            key = b ^ ((b >> 31) & 0x7fffffff)                  # negative floats: magnitude bits flipped, so keys sort like floats
+            lo = min(lo, key if fin else np.int32(0x7fffffff))
+            hi = max(hi, key if fin else np.int32(-0x7fffffff - 1))
+    clean = n_fin == x.size
+    out[0] = s if clean else np.nan
+    out[1] = q if clean else np.nan
+    out[2] = n_fin
+    if minmax:
+        k = np.empty(2, np.int32)
+        k[0] = lo ^ ((lo >> 31) & 0x7fffffff); k[1] = hi ^ ((hi >> 31) & 0x7fffffff)
+        f = k.view(np.float32)
+        out[3] = f[0] if clean else np.nan
+        out[4] = f[1] if clean else np.nan
+
+def _compile_fused():
+    "The compiled loop; None (and a warning, once) if numba cannot compile it, and then the torch ops run."
+    global _fused_sums
+    try:
+        import numba
+        jit = functools.partial(numba.njit, fastmath={'reassoc', 'contract'}, nogil=True)
+        try: _fused_sums = jit(cache=True)(_fused_sums_loop)
+        except Exception: _fused_sums = jit(_fused_sums_loop)   # no writable cache folder: compile in memory
+        _fused_sums(np.zeros(1, np.float32), np.zeros(5))           # compile now, not inside a timed hook later
+    except Exception as e:
+        _FUSED[0] = False
+        warnings.warn(f"miniai: the one-pass CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
+    return _fused_sums
+
+@contextlib.contextmanager
+def fused_kernel(enabled=True):
+    "Within this block the CPU one-pass kernel is used (`True`, the default when numba is installed) or the torch ops that other devices run (`False`)."
+    old, _FUSED[0] = _FUSED[0], bool(enabled) and importlib.util.find_spec('numba') is not None
+    try: yield
+    finally: _FUSED[0] = old
+
+def _raw_sums(x, minmax=False):
+    "`[sum, sum of squares, exact finite count]` (and `min, max` with `minmax`) of flat float `x` as one tensor on its device; sums, min and max NaN/Inf when `x` holds NaN/Inf."
+    if _FUSED[0] and x.dtype == torch.float32 and x.device.type == 'cpu':
+        f = _fused_sums or _compile_fused()
+        if f is not None:
+            out = np.empty(5 if minmax else 3)
+            f(np.from_dlpack(x), out)
+            return torch.from_numpy(out)
+    if x.numel() <= _COUNT_CHUNK: r = [x.sum(), torch.dot(x, x), count_finite(x)]
+    else: r = [x.sum().double(), torch.dot(x, x).double(), count_finite(x)]
+    return torch.stack(r + list(torch.aminmax(x)) if minmax else r)
+
 # %% ../nbs/08_kernel.ipynb #a57ab560
 _EPS = {torch.float32: 2.**-20, torch.float64: 2.**-49}       # a generous bound on the relative rounding error of a sum
 _TINY = {torch.float32: 2.**-149, torch.float64: 2.**-1074}   # the smallest subnormal: the most a square can lose to underflow
@@ -208,7 +274,7 @@ class StatsRecorder:
         fc.store_attr('bins,hi,sample,exact,seed')
         self.reset()
     def reset(self):
-        self._numels, self._raw, self._dtypes, self._has_raw, self._hot = [], [], [], [], {}
+        self._numels, self._raw, self._dtypes, self._has_raw, self._tables = [], [], [], [], {}
         self._pending, self._clean, self._counts = [], [], []
         self._rng, self._cache = random.Random(self.seed), None
     def record(self, x):
@@ -224,12 +290,11 @@ class StatsRecorder:
             self._counts.append(_bin_counts(buf, self.bins, self.hi, _scratch(n, torch.int32, x.device, 2)).view(1, -1))
             self._has_raw.append(False)
         elif n > self.sample:   # raw sums (exact when every value is finite), the exact finite count, and a sample
-            ones, one, table = self._hot.get((n, x.dtype, x.device)) or self._hot_for(x)
-            torch.add(one, x, alpha=0., out=ones)            # `_finite_ones`, into this size's cached buffer
-            # a NaN or Inf makes the plain sum NaN/Inf: that batch's mean comes from the sample, so nansum is not needed
-            if n <= _COUNT_CHUNK: self._raw.append(torch.stack([x.sum(), torch.dot(x, x), ones.nansum()]))
-            else: self._raw.append(torch.stack([x.sum().double(), torch.dot(x, x).double(), _sum_ones(ones)]))
+            # a NaN or Inf makes the plain sums NaN/Inf: that batch's mean comes from the sample
+            self._raw.append(_raw_sums(x))
             self._dtypes.append(x.dtype)
+            table = self._tables.get((n, x.device))
+            if table is None: table = self._table_for(x)
             self._pending.append(x.index_select(0, table[self._rng.randrange(_TABLE_ROWS)]))   # `_sample`, with its table cached
             self._has_raw.append(True)
         else:                   # small enough to keep whole until the next flush
@@ -237,12 +302,10 @@ class StatsRecorder:
             self._has_raw.append(False)
         if len(self._pending) >= self.flush_every: self._flush()
 
-    def _hot_for(self, x):
-        "The per-size pieces of the sampled path, looked up once per tensor size: the finite-ones buffer, the constant 1, the sample table."
-        n = x.numel()
-        hot = self._hot[(n, x.dtype, x.device)] = (_scratch(n, x.dtype, x.device, 4), _const(1., x.dtype, x.device),
-                                                   _sample_table(n, self.sample, x.device))
-        return hot
+    def _table_for(self, x):
+        "The sample table of this size (`_sample_table`), looked up once per size."
+        t = self._tables[(x.numel(), x.device)] = _sample_table(x.numel(), self.sample, x.device)
+        return t
 
     def _flush(self):
         "Sums, sums of squares and bin counts of the pending samples, batched: about a dozen device ops per `flush_every` batches."
@@ -574,8 +637,7 @@ def _merge_errors(a, b, ea, eb):
 
 def _raw_batch(x, sample, rng):
     "What the hot path reads from flat float `x`: `[sum, sum of squares, exact finite count, min, max]` in one tensor (the sums, min and max NaN/Inf when `x` holds any), and a stratified sample."
-    mn, mx = torch.aminmax(x)   # one pass for both
-    return torch.stack([x.sum(), torch.dot(x, x), count_finite(x), mn, mx]), _sample(x, sample, rng)
+    return _raw_sums(x, minmax=True), _sample(x, sample, rng)
 
 
 # %% ../nbs/08_kernel.ipynb #a305aa59
@@ -584,13 +646,16 @@ _AUX = ('est_batches', 'minmax_est_batches', 'zeros', 'weight', 'sampled_weight'
 
 class RunningStats:
     "Run-wide statistics of one tensor stream, kept on its device: moments, exact NaN/Inf count, min/max, zeros and a quantile sketch."
-    flush_every = 16   # batches whose raw statistics and samples are processed together
+    flush_every = 16   # at least this many batches' raw statistics and samples are processed together (see `__init__`)
     def __init__(self, device='cpu', level=0, sample=16384, exact=False, zeros=True, seed=0):
         "`level`: the sketch's (None: no sketch); `exact`: every value of every batch, float64 (slow); `zeros`: count exact zeros."
         self.moms, self.errs = _empty_moments(device), torch.zeros(2, dtype=torch.float64, device=device)
         self.aux = torch.zeros(len(_AUX), dtype=torch.float64, device=device)
         self.sketch = None if level is None else QuantileSketch(device, level)
         self.sample, self.exact, self.count_zeros = sample, exact, zeros
+        # a flush costs about a millisecond of Python and dispatch whatever its size: with small samples, wait for more
+        # of them (up to 1 MB of pending samples per stream: 64 batches of 4096 values)
+        self.flush_every = max(type(self).flush_every, (1 << 20) // (4 * max(sample, 1)))
         self._rng = random.Random(seed)
         self._raw, self._samples, self._numels, self._whole = [], [], [], []
 

@@ -5,7 +5,8 @@ import math
 from fractions import Fraction
 import numpy as np, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from miniai.kernel import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs
+from miniai.kernel import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs, fused_kernel
+import miniai.kernel as K
 
 settings.register_profile('kernel', max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('kernel')
@@ -75,13 +76,13 @@ def test_count_finite_is_exact_beyond_float32_integers():
     assert count_finite(x).item() == x.numel() - int((~torch.isfinite(x)).sum())
 
 @given(st.lists(st.tuples(st.integers(1, 300), st.sampled_from(['normal', 'nan', 'inf', 'huge', 'tiny', 'allnan', 'zeros'])),
-                min_size=1, max_size=8), st.integers(0, 2**31))
+                min_size=1, max_size=8), st.integers(0, 2**31), st.booleans())
 @settings(max_examples=60)
-def test_recorder_counts_exact_moments_exact_or_flagged(batches, seed):
-    "Per batch: the NaN/Inf count is exact; mean and std are exact unless flagged as estimated, and estimated ones lie within their bound."
+def test_recorder_counts_exact_moments_exact_or_flagged(batches, seed, fused):
+    "Per batch: the NaN/Inf count is exact; mean and std are exact unless flagged as estimated, and estimated ones lie within their bound; with the CPU one-pass kernel and with the torch ops a GPU runs."
     g = torch.Generator().manual_seed(seed)
     rec, xs = StatsRecorder(sample=64), []   # a small sample, so that most batches take the sampled path
-    with count_syncs() as cs:
+    with count_syncs() as cs, fused_kernel(fused):
         for n, kind in batches:
             x = torch.randn(n, generator=g) * 3 + 1
             if kind == 'nan': x[::5] = math.nan
@@ -97,6 +98,7 @@ def test_recorder_counts_exact_moments_exact_or_flagged(batches, seed):
         f = x[torch.isfinite(x)].double()
         assert rec.nonfinite[i].item() == x.numel() - f.numel()
         if kind in ('normal', 'zeros') or x.numel() <= 64: assert not est[i], (i, kind)   # healthy batches are never estimated
+        if kind == 'huge' and fused: assert not est[i], i   # float64 sums hold squares of 1e30
         if not f.numel(): assert math.isnan(means[i]); continue
         tm, ts = f.mean().item(), (f.std().item() if f.numel() > 1 else math.nan)
         scale = f.abs().max().item()
@@ -152,19 +154,62 @@ def test_running_stats_small_batches_exact(x, cuts):
 
 
 @settings(max_examples=25)
-@given(st.integers(0, 2**31), st.sampled_from([0., 0.01, 0.3]), st.sampled_from([1., 1e30]))
-def test_running_stats_sampled_within_bounds(seed, bad_frac, scale):
-    "Large batches: exact counts; mean and std within the stated bounds, whether from the raw sums or (NaN/Inf, overflow) the sample."
+@given(st.integers(0, 2**31), st.sampled_from([0., 0.01, 0.3]), st.sampled_from([1., 1e30]), st.booleans())
+def test_running_stats_sampled_within_bounds(seed, bad_frac, scale, fused):
+    "Large batches: exact counts; mean and std within the stated bounds, whether from the raw sums or (NaN/Inf, overflow of torch's float32 sums) the sample."
     g = torch.Generator().manual_seed(seed)
     xs = [(torch.randn(40_000, generator=g) * scale + scale) for _ in range(5)]
     for x in xs[::2]: x[torch.rand(40_000, generator=g) < bad_frac] = math.nan
     rs = RunningStats(sample=4096)
-    for x in xs: rs.record(x)
+    with fused_kernel(fused):
+        for x in xs: rs.record(x)
     r = rs.read()
     allx = torch.cat(xs).double()
     fin = allx[allx.isfinite()]
     assert (r['count'], r['nonfinite']) == (fin.numel(), allx.numel() - fin.numel())
     assert abs(r['mean'] - fin.mean().item()) <= r['mean_error'] + 1e-12 * scale
     assert abs(r['std'] - fin.std().item()) <= r['std_error'] + 1e-12 * scale
-    assert (r['est_batches'] > 0) == (bad_frac > 0 or scale > 1e19)
+    assert (r['est_batches'] > 0) == (bad_frac > 0 or (scale > 1e19 and not fused))
     if not bad_frac: assert (r['min'], r['max']) == (fin.min().item(), fin.max().item())
+
+
+# ----- the CPU one-pass kernel against the torch ops and float64 numpy
+
+@given(DTYPES.flatmap(lambda d: values(d, max_size=300)), st.booleans())
+def test_fused_sums_match_torch_and_numpy(x, minmax):
+    "`_raw_sums` on the CPU (numba, float32) and with the torch ops: the same count, NaN exactly where torch has NaN/Inf, sums within float32 rounding of numpy's float64 ones, min/max exact."
+    x = x.float().contiguous()          # what `_as_float` hands the kernel (half types upcast; float64 inputs take the torch ops)
+    with fused_kernel(True): got = K._raw_sums(x, minmax)
+    with fused_kernel(False): ref = K._raw_sums(x, minmax).double()
+    a = x.double().numpy()
+    fin = np.isfinite(a)
+    assert got[2].item() == ref[2].item() == fin.sum()
+    if not fin.all():
+        assert got[[0, 1, 3, 4] if minmax else [0, 1]].isnan().all()
+        return
+    with np.errstate(over='ignore'):
+        s, q = a.sum(), (a * a).sum()   # float64: float32 values cannot overflow it
+    assert abs(got[0].item() - s) <= 1e-12 * np.abs(a).sum() and abs(got[1].item() - q) <= 1e-12 * q
+    if minmax: assert got[3:].tolist() == [a.min(), a.max()] == ref[3:].tolist()
+
+
+def test_hooks_on_the_device_path_never_sync():
+    "With the torch ops a GPU runs (`fused_kernel(False)`): ActivationStats and the run-wide collector read nothing from the device over real training batches."
+    import torch.nn.functional as F
+    from torch import nn
+    from miniai.datasets import fashion_dls
+    from miniai.learner import Learner, TrainCB, Callback, CancelFitException, baseline_cnn, set_seed
+    from miniai.activations import ActivationStats
+    from miniai.statistics import StatisticsConfig, ActivationStatisticsHook
+    class Stop(Callback):
+        order = 10
+        def after_batch(self):
+            if self.learn.iter == 20: raise CancelFitException()
+    def run(fused):
+        set_seed(0)
+        model = baseline_cnn()
+        hook = ActivationStatisticsHook(StatisticsConfig(collect_input=False))
+        with hook.attach(model, filter=nn.Conv2d), fused_kernel(fused), count_syncs() as cs:
+            Learner(model, fashion_dls(256), F.cross_entropy, lr=0.1, cbs=[TrainCB(), Stop(), ActivationStats(nn.Conv2d)]).fit(1, valid=False)
+        return cs.n
+    assert run(False) == run(True) == 3   # the DataLoader's sampler reads 3 host values per epoch; the hooks none
