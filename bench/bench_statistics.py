@@ -29,6 +29,7 @@ CONFIGS = {
 
 
 
+_last_read = [0.]            # seconds the last run_epoch spent reading the statistics after fit
 clock = time.perf_counter   # --clock cpu: time.process_time, the CPU time of this process (all its threads)
 
 def run_epoch(dls, spec):
@@ -44,12 +45,56 @@ def run_epoch(dls, spec):
         hooks = hook.attach(model, filter=nn.Conv2d)
     t0 = clock()
     learn.fit(1, valid=False)
+    t1 = clock()
     if isinstance(spec, StatisticsConfig): hook.get_all_statistics()
     elif spec == 'astats':
-        for h in astats.hooks: h.stats
+        for h in astats.hooks: h.stats[0]   # indexing reads: the last flush and the per-batch moments
     dt = clock() - t0
+    _last_read[0] = clock() - t1
     if hooks is not None: hooks.remove()
     return dt
+
+
+_inside = [0.]
+
+def _timed(f):
+    "`f`, adding the time spent in it to `_inside`."
+    def g(*args, **kwargs):
+        t0 = clock()
+        try: return f(*args, **kwargs)
+        finally: _inside[0] += clock() - t0
+    return g
+
+def run_inside(dls, spec):
+    "`(time in the hooks and the final read, the rest of the epoch)`: the hook functions themselves are timed."
+    import miniai.activations as A, miniai.statistics as S
+    orig = A.append_stats, S.StatisticsCollector.update_statistics
+    A.append_stats, S.StatisticsCollector.update_statistics = _timed(orig[0]), _timed(orig[1])
+    try:
+        _inside[0] = 0.
+        dt = run_epoch(dls, spec)   # includes the final read, which is not in the hook functions
+        return dt, _inside[0] + _last_read[0]
+    finally: A.append_stats, S.StatisticsCollector.update_statistics = orig
+
+
+def main_inside(rounds, names):
+    """The hooks' own cost: time spent inside the hook functions plus the final read of the statistics, as a share of the
+    rest of the same epoch. Unlike whole-epoch ratios this does not depend on the machine's speed drifting between
+    epochs; it leaves out PyTorch's own cost of calling a forward hook and any cache effect on the training's ops."""
+    dls = fashion_dls(1024)
+    names = [k for k in names if CONFIGS[k] is not None]
+    for k in names: run_inside(dls, CONFIGS[k])
+    shares, rng = {k: [] for k in names}, random.Random(0)
+    for r in range(rounds):
+        order = names[:]; rng.shuffle(order)
+        for k in order:
+            dt, inside = run_inside(dls, CONFIGS[k])
+            shares[k].append(inside / (dt - inside))
+        print(f'round {r}: ' + ', '.join(f'{shares[k][-1]*100:.2f}%' for k in names), flush=True)
+    print(f'\ntorch {torch.__version__}, {torch.get_num_threads()} threads, {len(dls.train)} training batches per epoch, {rounds} rounds')
+    print('| configuration (hooks on the five convolutions) | time in the hooks, share of the rest of the epoch (median) | min-max |')
+    print('|---|---|---|')
+    for k in names: print(f'| {k} | {statistics.median(shares[k])*100:.2f}% | {min(shares[k])*100:.2f}-{max(shares[k])*100:.2f}% |')
 
 
 def quartiles(v): q = statistics.quantiles(v, n=4); return q[0], q[2]
@@ -112,6 +157,7 @@ if __name__ == '__main__':
     p = argparse.ArgumentParser()
     p.add_argument('--rounds', type=int, default=7)
     p.add_argument('--micro', action='store_true', help='only the per-tensor cost table')
+    p.add_argument('--inside', action='store_true', help='the time spent inside the hooks, as a share of the rest of the epoch')
     p.add_argument('--configs', default=None, help='comma-separated indices into CONFIGS (default: all); 0 is always run')
     p.add_argument('--clock', choices=['wall', 'cpu'], default='wall',
                    help="wall: elapsed time; cpu: this process's CPU time, which a VM's stolen time and other jobs disturb less")
@@ -121,4 +167,6 @@ if __name__ == '__main__':
     if args.configs: names = [names[0]] + [names[int(i)] for i in args.configs.split(',') if int(i)]
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        micro() if args.micro else main_epochs(args.rounds, names)
+        if args.micro: micro()
+        elif args.inside: main_inside(args.rounds, names)
+        else: main_epochs(args.rounds, names)

@@ -313,12 +313,12 @@ class StatsRecorder:
         while i < len(p):
             j = i + 1
             while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
-            a = torch.stack(p[i:j])
+            a = torch.stack(p[i:j], out=_scratch((j-i) * p[i].numel(), p[i].dtype, p[i].device, 6).view(j-i, -1)) if len({t.dtype for t in p[i:j]}) == 1 else torch.stack(p[i:j])
             # float64, where the square of any float32 fits, in a scratch buffer (a fresh 2 MB tensor per flush costs page faults)
             c = _scratch(a.numel(), torch.float64, a.device, 5).view(a.shape).copy_(a).nan_to_num_(nan=0., posinf=0., neginf=0.)
             total = c.sum(1)
             self._clean.append(torch.stack([total, c.mul_(c).sum(1), torch.zeros_like(total)], 1))
-            idx = _bin_index(a, self.bins, self.hi).to(torch.int32).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
+            idx = _scratch(a.numel(), torch.int32, a.device, 2).view(a.shape).copy_(_bin_index(a, self.bins, self.hi)).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
             self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
             i = j
         self._pending = []
@@ -716,21 +716,28 @@ class RunningStats:
         "Per-batch moments and error bounds from the raw sums, or from the sample where the sums cannot be trusted; the samples into the sketch and the zero count."
         raw = torch.stack(self._raw).double()          # per batch: sum, sum of squares, exact finite count, min, max
         total, sq, n, mn, mx = raw.unbind(1)
+        # the flush's big temporaries live in reused scratch buffers: fresh MB-sized tensors cost page faults on every flush
         one_dtype = len({t.dtype for t in self._samples}) == 1
-        smp = torch.stack(self._samples if one_dtype else [t.double() for t in self._samples])
-        dev, S = smp.device, smp.shape[1]
+        samples = self._samples if one_dtype else [t.double() for t in self._samples]
+        R, S, dt, dev = len(samples), samples[0].numel(), samples[0].dtype, samples[0].device
+        smp = torch.stack(samples, out=_scratch(R * S, dt, dev, 6).view(R, S))
         numel = torch.tensor(self._numels, dtype=torch.float64, device=dev)
         strides = [k // self.sample for k in self._numels]
         stride = torch.tensor(strides, dtype=torch.float64, device=dev)
-        c = torch.nan_to_num(smp, nan=0., posinf=0., neginf=0.)
-        fin = smp == c                       # finite: NaN and ±Inf became 0, which they are not equal to
+        c = torch.nan_to_num(smp, nan=0., posinf=0., neginf=0., out=_scratch(R * S, dt, dev, 7).view(R, S))
+        # 1 where finite, 0 where NaN/±Inf (they became 0, which they are not equal to); as floats, which sum fast
+        fin = torch.eq(smp, c, out=_scratch(R * S, dt, dev, 10).view(R, S))
         k_all = fin.sum(1).double()          # finite values per sample row
         self._sketch_rows(c, strides, aux, ((S - k_all) * stride).sum())
         # the fallback for batches whose sums cannot be trusted (rare): float64 moments of an evenly spaced part of the sample
         step = max(1, S // _FALLBACK)
-        fq, q = fin[:, ::step], c[:, ::step].double()
-        k = fq.sum(1).double()
-        smn, smx = torch.where(fq, q, math.inf).amin(1), torch.where(fq, q, -math.inf).amax(1)
+        sq_, cq = smp[:, ::step], c[:, ::step]
+        Q = cq.shape[1]
+        q = _scratch(R * Q, torch.float64, dev, 8).view(R, Q).copy_(cq)
+        k = fin[:, ::step].sum(1).double()
+        tmp = _scratch(R * Q, dt, dev, 9).view(R, Q)          # min and max of the finite values, in the sample's dtype: exact
+        smn = torch.nan_to_num(sq_, nan=math.inf, posinf=math.inf, neginf=math.inf, out=tmp).amin(1).double()
+        smx = torch.nan_to_num(sq_, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=tmp).amax(1).double()
         s = pow2_scale(torch.maximum(smn.abs(), smx.abs()))                 # 1 for a row without finite values
         q.mul_(s[:, None])                                                   # no square overflows now
         s1, s2 = q.sum(1), torch.linalg.vector_norm(q, dim=1)**2

@@ -326,6 +326,8 @@ def test_miniai_callbacks_run_in_the_courses_learner(dls):
 
 def test_signatures_read_once_not_per_batch(dls, monkeypatch):
     "`run_cbs` reads a method's signature once per class and method: a second fit reads none."
+    from miniai.kernel import _raw_sums
+    _raw_sums(torch.ones(10))   # compile the CPU kernel first: numba reads many signatures when it compiles
     calls = []
     real = inspect.signature
     monkeypatch.setattr(inspect, 'signature', lambda *a, **k: calls.append(a[0]) or real(*a, **k))
