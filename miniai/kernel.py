@@ -210,15 +210,15 @@ def _fused_sums_loop(x, out):
     minmax = out.size == 5
     for i in range(x.size):
         b = bits[i]
-        fin = (b & 0x7f800000) != 0x7f800000                    # exponent not all ones: finite
-        v = np.float64(x[i]) if fin else 0.0
-        n_fin += fin
+        n_fin += (b & 0x7f800000) != 0x7f800000                 # exponent not all ones: finite
+        # no masking: when a value is NaN/Inf, the sums, min and max are reported as NaN anyway (below)
+        v = np.float64(x[i])
         s += v
         q += v * v
         if minmax:
             key = b ^ ((b >> 31) & 0x7fffffff)                  # negative floats: magnitude bits flipped, so keys sort like floats
-            lo = min(lo, key if fin else np.int32(0x7fffffff))
-            hi = max(hi, key if fin else np.int32(-0x7fffffff - 1))
+            lo = min(lo, key)
+            hi = max(hi, key)
     clean = n_fin == x.size
     out[0] = s if clean else np.nan
     out[1] = q if clean else np.nan
