@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, os, random, threading, functools, contextlib, importlib.util, warnings
 import numpy as np, torch
 import fastcore.all as fc
+from fastcore.basics import patch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # %% auto #0
@@ -263,7 +264,7 @@ def _raw_sums(x, minmax=False):
     else: r = [x.sum().double(), torch.dot(x, x).double(), count_finite(x)]
     return torch.stack(r + list(torch.aminmax(x)) if minmax else r)
 
-# %% ../nbs/08_kernel.ipynb #a57ab560
+# %% ../nbs/08_kernel.ipynb #b15c267d
 _EPS = {torch.float32: 2.**-20, torch.float64: 2.**-49}       # a generous bound on the relative rounding error of a sum
 _TINY = {torch.float32: 2.**-149, torch.float64: 2.**-1074}   # the smallest subnormal: the most a square can lose to underflow
 
@@ -306,107 +307,122 @@ class StatsRecorder:
         "The sample table of this size (`_sample_table`), looked up once per size."
         t = self._tables[(x.numel(), x.device)] = _sample_table(x.numel(), self.sample, x.device)
         return t
-
-    def _flush(self):
-        "Sums, sums of squares and bin counts of the pending samples, batched: about a dozen device ops per `flush_every` batches."
-        p, k, i = self._pending, self.bins + 2, 0
-        while i < len(p):
-            j = i + 1
-            while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
-            a = torch.stack(p[i:j], out=_scratch((j-i) * p[i].numel(), p[i].dtype, p[i].device, 6).view(j-i, -1)) if len({t.dtype for t in p[i:j]}) == 1 else torch.stack(p[i:j])
-            # float64, where the square of any float32 fits, in a scratch buffer (a fresh 2 MB tensor per flush costs page faults)
-            c = _scratch(a.numel(), torch.float64, a.device, 5).view(a.shape).copy_(a).nan_to_num_(nan=0., posinf=0., neginf=0.)
-            total = c.sum(1)
-            self._clean.append(torch.stack([total, c.mul_(c).sum(1), torch.zeros_like(total)], 1))
-            idx = _scratch(a.numel(), torch.int32, a.device, 2).view(a.shape).copy_(_bin_index(a, self.bins, self.hi)).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
-            self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
-            i = j
-        self._pending = []
     def __len__(self): return len(self._numels)
 
-    def _finish(self):
-        "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms, the mask of estimated batches, and the error bounds of mean and variance."
-        self._flush()
-        clean = torch.cat(self._clean).cpu().double()     # per batch: sum and sum of squares of the finite values binned (0), or their mean and m2 (1)
-        counts = torch.cat(self._counts).cpu().double()
-        numel = torch.tensor(self._numels, dtype=torch.float64)
-        has_raw = torch.tensor(self._has_raw)
-        drawn = torch.where(has_raw, numel.clamp(max=self.sample or 1), numel)   # values binned per batch
-        k_fin = drawn - counts[:, 0]                                               # finite values binned (bin 0: NaN/Inf)
-        sums = clean[:, 2] == 0
-        mean_b = torch.where(sums, clean[:, 0] / k_fin.clamp(min=1), clean[:, 0])
-        m2_b = torch.where(sums, (clean[:, 1] - clean[:, 0]*mean_b).clamp(min=0), clean[:, 1])
-        var_b = m2_b / (k_fin - 1).clamp(min=1)
-        n, mean, m2 = k_fin.clone(), mean_b.clone(), m2_b.clone()      # batches binned whole: exact
-        estimated = torch.zeros(len(numel), dtype=torch.bool)
-        mean_err, var_err = torch.zeros(len(numel), dtype=torch.float64), torch.zeros(len(numel), dtype=torch.float64)
-        if self._raw:
-            r = has_raw
-            total, sq, nr = torch.stack([v.double() for v in self._raw]).cpu().unbind(1)   # nr: the exact finite counts
-            eps = torch.tensor([_EPS[d] for d in self._dtypes], dtype=torch.float64)
-            tiny = torch.tensor([_TINY[d] for d in self._dtypes], dtype=torch.float64)
-            dof = (nr - 1).clamp(min=1)
-            # raw sums are the clean ones when every value was finite; their variance is trusted when its rounding bound
-            # (relative error of the sums, plus what underflowing squares can lose) is within 0.1% of it, or all values are 0
-            clean_raw = (nr == numel[r]) & total.isfinite()
-            mean_raw = total / nr.clamp(min=1)
-            var_raw = ((sq - nr*mean_raw*mean_raw) / dof).clamp(min=0)
-            kf, vb = k_fin[r], var_b[r]
-            var_ok = clean_raw & sq.isfinite() & (((eps*sq + nr*tiny)/dof <= 1e-3*var_raw) | ((sq == 0) & (vb == 0)))
-            # otherwise: the sample's finite values, with 3 standard errors (normal approximation) as the bound
-            nan = torch.full_like(vb, math.nan)
-            mean_s = torch.where(kf > 0, mean_b[r], nan)
-            var_s = torch.where(kf > 1, vb, nan)
-            fpc = (1 - kf / nr.clamp(min=1)).clamp(min=0).sqrt()    # finite population: no error when the sample is everything
-            mean[r] = torch.where(clean_raw, mean_raw, mean_s)
-            var_r = torch.where(var_ok, var_raw, var_s)
-            m2[r] = var_r * (nr - 1).clamp(min=0)
-            n[r] = nr
-            estimated[r] = ~var_ok
-            mean_err[r] = torch.where(clean_raw, 0., 3*(var_s/kf.clamp(min=1)).sqrt()*fpc)
-            var_err[r] = torch.where(var_ok, 0., 3*var_s*(2/(kf-1).clamp(min=1)).sqrt()*fpc)
-        hists = counts[:, 1:] * (n / k_fin.clamp(min=1))[:, None]   # the finite bins, scaled to the batch's finite count
-        return torch.stack([n, numel - n, mean, m2], 1), hists.float(), estimated, mean_err, var_err
-    def _read(self):
-        if self._cache is None:
-            if not self._numels:
-                z = torch.zeros(0, dtype=torch.float64)
-                self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1), torch.zeros(0, dtype=torch.bool), z, z)
-            else: self._cache = self._finish()
-        return self._cache
-    @property
-    def moms(self): return self._read()[0]
-    @property
-    def hists(self): return self._read()[1]
-    @property
-    def means(self):
-        "Mean of the finite values per batch (NaN for a batch without any)."
-        m = self.moms
-        return torch.where(m[:, 0] > 0, m[:, 2], math.nan).float()
-    @property
-    def stds(self):
-        "Standard deviation (unbiased) of the finite values per batch (NaN for a batch with fewer than two)."
-        m = self.moms
-        return torch.where(m[:, 0] > 1, (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt(), math.nan).float()
-    @property
-    def nonfinite(self):
-        "Exact number of NaN and ±Inf values per batch."
-        return self.moms[:, 1].long()
-    @property
-    def estimated(self):
-        "True for the batches whose mean or std were estimated from the sample (NaN/Inf, or sums beyond the dtype's range)."
-        return self._read()[2]
-    @property
-    def errors(self):
-        "Bounds on the error of `means` and `stds` per batch: 0 where exact, 3 standard errors of the sample where estimated."
-        _, _, _, mean_err, var_err = self._read()
-        std = self.stds.double()
-        std_err = torch.where(std > 0, var_err / (2*std), var_err.sqrt())
-        return dict(mean=mean_err.float(), std=std_err.float())
-    @property
-    def stats(self): return (self.means, self.stds, list(self.hists))
+# %% ../nbs/08_kernel.ipynb #addb1f33
+@patch
+def _flush(self:StatsRecorder):
+    "Sums, sums of squares and bin counts of the pending samples, batched: about a dozen device ops per `flush_every` batches."
+    p, k, i = self._pending, self.bins + 2, 0
+    while i < len(p):
+        j = i + 1
+        while j < len(p) and p[j].numel() == p[i].numel(): j += 1   # a run of equal sizes stacks
+        a = torch.stack(p[i:j], out=_scratch((j-i) * p[i].numel(), p[i].dtype, p[i].device, 6).view(j-i, -1)) if len({t.dtype for t in p[i:j]}) == 1 else torch.stack(p[i:j])
+        # float64, where the square of any float32 fits, in a scratch buffer (a fresh 2 MB tensor per flush costs page faults)
+        c = _scratch(a.numel(), torch.float64, a.device, 5).view(a.shape).copy_(a).nan_to_num_(nan=0., posinf=0., neginf=0.)
+        total = c.sum(1)
+        self._clean.append(torch.stack([total, c.mul_(c).sum(1), torch.zeros_like(total)], 1))
+        idx = _scratch(a.numel(), torch.int32, a.device, 2).view(a.shape).copy_(_bin_index(a, self.bins, self.hi)).add_(torch.arange(0, (j-i)*k, k, dtype=torch.int32, device=a.device)[:, None])
+        self._counts.append(_count(idx.view(-1), (j-i)*k).view(j-i, k))
+        i = j
+    self._pending = []
 
-# %% ../nbs/08_kernel.ipynb #86176a51
+# %% ../nbs/08_kernel.ipynb #49b01ac1
+@patch
+def _finish(self:StatsRecorder):
+    "Moments `[n, n_nonfinite, mean, m2]`, scaled histograms, the mask of estimated batches, and the error bounds of mean and variance."
+    self._flush()
+    clean = torch.cat(self._clean).cpu().double()     # per batch: sum and sum of squares of the finite values binned (0), or their mean and m2 (1)
+    counts = torch.cat(self._counts).cpu().double()
+    numel = torch.tensor(self._numels, dtype=torch.float64)
+    has_raw = torch.tensor(self._has_raw)
+    drawn = torch.where(has_raw, numel.clamp(max=self.sample or 1), numel)   # values binned per batch
+    k_fin = drawn - counts[:, 0]                                               # finite values binned (bin 0: NaN/Inf)
+    sums = clean[:, 2] == 0
+    mean_b = torch.where(sums, clean[:, 0] / k_fin.clamp(min=1), clean[:, 0])
+    m2_b = torch.where(sums, (clean[:, 1] - clean[:, 0]*mean_b).clamp(min=0), clean[:, 1])
+    var_b = m2_b / (k_fin - 1).clamp(min=1)
+    n, mean, m2 = k_fin.clone(), mean_b.clone(), m2_b.clone()      # batches binned whole: exact
+    estimated = torch.zeros(len(numel), dtype=torch.bool)
+    mean_err, var_err = torch.zeros(len(numel), dtype=torch.float64), torch.zeros(len(numel), dtype=torch.float64)
+    if self._raw:
+        r = has_raw
+        total, sq, nr = torch.stack([v.double() for v in self._raw]).cpu().unbind(1)   # nr: the exact finite counts
+        eps = torch.tensor([_EPS[d] for d in self._dtypes], dtype=torch.float64)
+        tiny = torch.tensor([_TINY[d] for d in self._dtypes], dtype=torch.float64)
+        dof = (nr - 1).clamp(min=1)
+        # raw sums are the clean ones when every value was finite; their variance is trusted when its rounding bound
+        # (relative error of the sums, plus what underflowing squares can lose) is within 0.1% of it, or all values are 0
+        clean_raw = (nr == numel[r]) & total.isfinite()
+        mean_raw = total / nr.clamp(min=1)
+        var_raw = ((sq - nr*mean_raw*mean_raw) / dof).clamp(min=0)
+        kf, vb = k_fin[r], var_b[r]
+        var_ok = clean_raw & sq.isfinite() & (((eps*sq + nr*tiny)/dof <= 1e-3*var_raw) | ((sq == 0) & (vb == 0)))
+        # otherwise: the sample's finite values, with 3 standard errors (normal approximation) as the bound
+        nan = torch.full_like(vb, math.nan)
+        mean_s = torch.where(kf > 0, mean_b[r], nan)
+        var_s = torch.where(kf > 1, vb, nan)
+        fpc = (1 - kf / nr.clamp(min=1)).clamp(min=0).sqrt()    # finite population: no error when the sample is everything
+        mean[r] = torch.where(clean_raw, mean_raw, mean_s)
+        var_r = torch.where(var_ok, var_raw, var_s)
+        m2[r] = var_r * (nr - 1).clamp(min=0)
+        n[r] = nr
+        estimated[r] = ~var_ok
+        mean_err[r] = torch.where(clean_raw, 0., 3*(var_s/kf.clamp(min=1)).sqrt()*fpc)
+        var_err[r] = torch.where(var_ok, 0., 3*var_s*(2/(kf-1).clamp(min=1)).sqrt()*fpc)
+    hists = counts[:, 1:] * (n / k_fin.clamp(min=1))[:, None]   # the finite bins, scaled to the batch's finite count
+    return torch.stack([n, numel - n, mean, m2], 1), hists.float(), estimated, mean_err, var_err
+
+# %% ../nbs/08_kernel.ipynb #dfcda3b2
+@patch
+def _read(self:StatsRecorder):
+    if self._cache is None:
+        if not self._numels:
+            z = torch.zeros(0, dtype=torch.float64)
+            self._cache = (torch.zeros(0, 4, dtype=torch.float64), torch.zeros(0, self.bins+1), torch.zeros(0, dtype=torch.bool), z, z)
+        else: self._cache = self._finish()
+    return self._cache
+
+@patch(as_prop=True)
+def moms(self:StatsRecorder): return self._read()[0]
+
+@patch(as_prop=True)
+def hists(self:StatsRecorder): return self._read()[1]
+
+@patch(as_prop=True)
+def means(self:StatsRecorder):
+    "Mean of the finite values per batch (NaN for a batch without any)."
+    m = self.moms
+    return torch.where(m[:, 0] > 0, m[:, 2], math.nan).float()
+
+@patch(as_prop=True)
+def stds(self:StatsRecorder):
+    "Standard deviation (unbiased) of the finite values per batch (NaN for a batch with fewer than two)."
+    m = self.moms
+    return torch.where(m[:, 0] > 1, (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt(), math.nan).float()
+
+@patch(as_prop=True)
+def nonfinite(self:StatsRecorder):
+    "Exact number of NaN and ±Inf values per batch."
+    return self.moms[:, 1].long()
+
+@patch(as_prop=True)
+def estimated(self:StatsRecorder):
+    "True for the batches whose mean or std were estimated from the sample (NaN/Inf, or sums beyond the dtype's range)."
+    return self._read()[2]
+
+@patch(as_prop=True)
+def errors(self:StatsRecorder):
+    "Bounds on the error of `means` and `stds` per batch: 0 where exact, 3 standard errors of the sample where estimated."
+    _, _, _, mean_err, var_err = self._read()
+    std = self.stds.double()
+    std_err = torch.where(std > 0, var_err / (2*std), var_err.sqrt())
+    return dict(mean=mean_err.float(), std=std_err.float())
+
+@patch(as_prop=True)
+def stats(self:StatsRecorder): return (self.means, self.stds, list(self.hists))
+
+# %% ../nbs/08_kernel.ipynb #9cec38a2
 SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
 _GAMMA = (1 + SKETCH_ALPHA) / (1 - SKETCH_ALPHA)
 _LOG_GAMMA = math.log(_GAMMA)
@@ -435,6 +451,7 @@ def _bucket_tables(level):
     for a in res: a.flags.writeable = False
     return res
 
+# %% ../nbs/08_kernel.ipynb #0eecc10e
 def _sketch_index(clean, level=0):
     "Bucket numbers (int64) of the finite values `clean` at `level`: negatives k-1..0, zeros k, positives k+1..2k."
     k = _buckets_per_sign(level)
@@ -446,6 +463,7 @@ def _sketch_index(clean, level=0):
     # where `copysign` and a `where` on `clean == 0` took seven times as long
     return idx.mul_(clean.sign()).add_(k).long()
 
+# %% ../nbs/08_kernel.ipynb #384d156d
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (int64 counts on the values' device, no host sync to add)."
     def __init__(self, device='cpu', level=0):
@@ -495,24 +513,6 @@ class QuantileSketch:
         counts[k:k+1].sub_(n_nonfinite.to(torch.int64))
         return counts
 
-    def coarsen(self, level=None):
-        "Add neighbouring buckets until the sketch is at `level` (default: one level coarser)."
-        level = self.level + 1 if level is None else level
-        while self.level < level:
-            k, nk = self.k, _buckets_per_sign(self.level + 1)
-            def halve(store): return torch.cat([store, store.new_zeros(2*nk - k)]).view(nk, 2).sum(1)
-            neg, zero, pos = self.counts[:k].flip(0), self.counts[k:k+1], self.counts[k+1:]
-            self.counts = torch.cat([halve(neg).flip(0), zero, halve(pos)])
-            self.level += 1
-        return self
-
-    def merge(self, other):
-        "Add the counts of `other` (coarsening whichever is finer)."
-        if other.level > self.level: self.coarsen(other.level)
-        counts = other.counts if other.level == self.level else QuantileSketch.from_counts(other.counts, other.level).coarsen(self.level).counts
-        self.counts += counts.to(self.counts.device)
-        return self
-
     @classmethod
     def from_counts(cls, counts, level):
         "A sketch holding a copy of `counts` at `level`."
@@ -520,63 +520,91 @@ class QuantileSketch:
         res.level, res.counts = level, counts.clone()
         return res
 
-    def values(self):
-        "The value each bucket reports, ascending (numpy float64, read-only: shared by all sketches at this level)."
-        return _bucket_tables(self.level)[0]
+# %% ../nbs/08_kernel.ipynb #23d102e3
+@patch
+def coarsen(self:QuantileSketch, level=None):
+    "Add neighbouring buckets until the sketch is at `level` (default: one level coarser)."
+    level = self.level + 1 if level is None else level
+    while self.level < level:
+        k, nk = self.k, _buckets_per_sign(self.level + 1)
+        def halve(store): return torch.cat([store, store.new_zeros(2*nk - k)]).view(nk, 2).sum(1)
+        neg, zero, pos = self.counts[:k].flip(0), self.counts[k:k+1], self.counts[k+1:]
+        self.counts = torch.cat([halve(neg).flip(0), zero, halve(pos)])
+        self.level += 1
+    return self
 
-    def bucket_bounds(self):
-        "`(lo, hi)` arrays: every value counted in bucket `j` lies in `[lo[j], hi[j]]` (the end buckets reach 0 and ±inf)."
-        return _bucket_tables(self.level)[1:]
+@patch
+def merge(self:QuantileSketch, other):
+    "Add the counts of `other` (coarsening whichever is finer)."
+    if other.level > self.level: self.coarsen(other.level)
+    counts = other.counts if other.level == self.level else QuantileSketch.from_counts(other.counts, other.level).coarsen(self.level).counts
+    self.counts += counts.to(self.counts.device)
+    return self
 
-    @property
-    def exact_range(self):
-        "Magnitudes within which the `alpha` bound holds; smaller and larger ones share the end buckets."
-        return math.exp(_KEY0 * _LOG_GAMMA), math.exp((_KEY0 + self.k * 2**self.level - 1) * _LOG_GAMMA)
+# %% ../nbs/08_kernel.ipynb #7f72bcf7
+@patch
+def values(self:QuantileSketch):
+    "The value each bucket reports, ascending (numpy float64, read-only: shared by all sketches at this level)."
+    return _bucket_tables(self.level)[0]
 
-    def quantile_details(self, qs, vmin=None, vmax=None, counts=None):
-        "`dict(values, bounds, beyond_range)`: percentiles `qs`, intervals `(lo, hi)` that surely hold the true ones, and whether an end bucket was used (then `alpha` does not bound the error)."
-        counts = self.counts.cpu().numpy() if counts is None else counts
-        n = int(counts.sum())
-        if n == 0: return dict(values=[math.nan]*len(qs), bounds=[(math.nan, math.nan)]*len(qs), beyond_range=False)
-        cum, reps, (los, his), k = np.cumsum(counts), self.values(), self.bucket_bounds(), self.k
-        def at(rank):
-            "(value, lo, hi) of the value of rank `rank`, and its bucket (None: exact)."
-            if rank == 0 and vmin is not None: return (vmin, vmin, vmin), None
-            if rank == n - 1 and vmax is not None: return (vmax, vmax, vmax), None
-            j = int(np.searchsorted(cum, rank, side='right'))
-            return (reps[j], los[j], his[j]), j
-        def clamp(v):
-            if vmin is not None: v = max(v, vmin)
-            if vmax is not None: v = min(v, vmax)
-            return float(v)
-        values, bounds, used = [], [], set()
-        for q in qs:
-            r = q / 100 * (n - 1)
-            lo = math.floor(r)
-            frac = r - lo
-            (a, ja), (b, jb) = at(lo), at(min(lo + 1, n - 1))
-            used.update({ja} | ({jb} if frac else set()))
-            # (1-f)*a + f*b, not a + f*(b - a): b - a may overflow
-            v, l, h = ((1 - frac) * x + frac * y if frac else x for x, y in zip(a, b))
-            values.append(clamp(v))
-            l, h = clamp(l), clamp(h)
-            bounds.append((clamp(l - 4*np.spacing(abs(l))), clamp(h + 4*np.spacing(abs(h)))))  # + the interpolation's rounding
-        return dict(values=values, bounds=bounds, beyond_range=bool(used & {0, k - 1, k + 1, 2*k}))
+@patch
+def bucket_bounds(self:QuantileSketch):
+    "`(lo, hi)` arrays: every value counted in bucket `j` lies in `[lo[j], hi[j]]` (the end buckets reach 0 and ±inf)."
+    return _bucket_tables(self.level)[1:]
 
-    def quantiles(self, qs, vmin=None, vmax=None, counts=None):
-        "Percentiles `qs` (0..100) with numpy's linear interpolation, clamped to the exact `[vmin, vmax]` when given."
-        return self.quantile_details(qs, vmin, vmax, counts)['values']
+@patch(as_prop=True)
+def exact_range(self:QuantileSketch):
+    "Magnitudes within which the `alpha` bound holds; smaller and larger ones share the end buckets."
+    return math.exp(_KEY0 * _LOG_GAMMA), math.exp((_KEY0 + self.k * 2**self.level - 1) * _LOG_GAMMA)
 
-    def histogram(self, bins, vmin, vmax, counts=None):
-        "Equal-width histogram over `[vmin, vmax]` (fewer bins if the range cannot be split into `bins`): each bucket's count goes to the bin holding its value."
-        counts = self.counts.cpu().numpy() if counts is None else counts
-        edges = _bin_edges(bins, vmin, vmax)
-        idx = np.searchsorted(edges, np.clip(self.values(), vmin, vmax), side='right') - 1
-        hist = np.zeros(len(edges) - 1, dtype=np.int64)
-        np.add.at(hist, idx.clip(0, len(hist) - 1), counts.astype(np.int64))
-        k = self.k
-        return dict(edges=edges.tolist(), counts=hist.tolist(), estimated=True, relative_error=self.alpha,
-                    beyond_range=int(counts[[0, k - 1, k + 1, 2*k]].sum()))
+@patch
+def quantile_details(self:QuantileSketch, qs, vmin=None, vmax=None, counts=None):
+    "`dict(values, bounds, beyond_range)`: percentiles `qs`, intervals `(lo, hi)` that surely hold the true ones, and whether an end bucket was used (then `alpha` does not bound the error)."
+    counts = self.counts.cpu().numpy() if counts is None else counts
+    n = int(counts.sum())
+    if n == 0: return dict(values=[math.nan]*len(qs), bounds=[(math.nan, math.nan)]*len(qs), beyond_range=False)
+    cum, reps, (los, his), k = np.cumsum(counts), self.values(), self.bucket_bounds(), self.k
+    def at(rank):
+        "(value, lo, hi) of the value of rank `rank`, and its bucket (None: exact)."
+        if rank == 0 and vmin is not None: return (vmin, vmin, vmin), None
+        if rank == n - 1 and vmax is not None: return (vmax, vmax, vmax), None
+        j = int(np.searchsorted(cum, rank, side='right'))
+        return (reps[j], los[j], his[j]), j
+    def clamp(v):
+        if vmin is not None: v = max(v, vmin)
+        if vmax is not None: v = min(v, vmax)
+        return float(v)
+    values, bounds, used = [], [], set()
+    for q in qs:
+        r = q / 100 * (n - 1)
+        lo = math.floor(r)
+        frac = r - lo
+        (a, ja), (b, jb) = at(lo), at(min(lo + 1, n - 1))
+        used.update({ja} | ({jb} if frac else set()))
+        # (1-f)*a + f*b, not a + f*(b - a): b - a may overflow
+        v, l, h = ((1 - frac) * x + frac * y if frac else x for x, y in zip(a, b))
+        values.append(clamp(v))
+        l, h = clamp(l), clamp(h)
+        bounds.append((clamp(l - 4*np.spacing(abs(l))), clamp(h + 4*np.spacing(abs(h)))))  # + the interpolation's rounding
+    return dict(values=values, bounds=bounds, beyond_range=bool(used & {0, k - 1, k + 1, 2*k}))
+
+@patch
+def quantiles(self:QuantileSketch, qs, vmin=None, vmax=None, counts=None):
+    "Percentiles `qs` (0..100) with numpy's linear interpolation, clamped to the exact `[vmin, vmax]` when given."
+    return self.quantile_details(qs, vmin, vmax, counts)['values']
+
+# %% ../nbs/08_kernel.ipynb #a4bbc3ef
+@patch
+def histogram(self:QuantileSketch, bins, vmin, vmax, counts=None):
+    "Equal-width histogram over `[vmin, vmax]` (fewer bins if the range cannot be split into `bins`): each bucket's count goes to the bin holding its value."
+    counts = self.counts.cpu().numpy() if counts is None else counts
+    edges = _bin_edges(bins, vmin, vmax)
+    idx = np.searchsorted(edges, np.clip(self.values(), vmin, vmax), side='right') - 1
+    hist = np.zeros(len(edges) - 1, dtype=np.int64)
+    np.add.at(hist, idx.clip(0, len(hist) - 1), counts.astype(np.int64))
+    k = self.k
+    return dict(edges=edges.tolist(), counts=hist.tolist(), estimated=True, relative_error=self.alpha,
+                beyond_range=int(counts[[0, k - 1, k + 1, 2*k]].sum()))
 
 def _bin_edges(bins, vmin, vmax):
     "`bins + 1` equal-width edges over `[vmin, vmax]`, or fewer when floats cannot split the range (one zero-width bin for a constant)."
@@ -640,7 +668,7 @@ def _raw_batch(x, sample, rng):
     return _raw_sums(x, minmax=True), _sample(x, sample, rng)
 
 
-# %% ../nbs/08_kernel.ipynb #a305aa59
+# %% ../nbs/08_kernel.ipynb #6fdd5006
 _FALLBACK = 4096   # sample values a batch's estimated moments come from, when its sums cannot be trusted
 _AUX = ('est_batches', 'minmax_est_batches', 'zeros', 'weight', 'sampled_weight', 'sampled', 'unsampled')
 
@@ -686,131 +714,140 @@ class RunningStats:
         self.moms, self.errs, self.aux = self.moms.to(device), self.errs.to(device), self.aux.to(device)
         if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(device)
 
-    def flush(self):
-        "Process the pending batches: a few dozen device ops for up to `flush_every` batches, merged into the run's moments in one step."
-        rows, errs, aux = [self.moms[None]], [self.errs[None]], torch.zeros_like(self.aux)
-        if self._raw:
-            rows_, errs_ = self._flush_sampled(aux)
-            rows.append(rows_); errs.append(errs_)
-        i, w = 0, self._whole
-        while i < len(w):
-            j = i + 1
-            while j < len(w) and w[j].numel() == w[i].numel(): j += 1   # a run of equal sizes stacks
-            a = torch.stack(w[i:j])
-            m = _row_moments(a)
-            rows.append(m); errs.append(m.new_zeros(len(m), 2))
-            aux[3] += m[:, 0].sum()
-            self._bucket(a, aux)
-            i = j
-        self._raw, self._samples, self._numels, self._whole = [], [], [], []
-        if len(rows) == 1: return
-        self.moms, self.errs = _merge_rows(torch.cat(rows), torch.cat(errs))
-        self.aux += aux
+# %% ../nbs/08_kernel.ipynb #5686c641
+@patch
+def flush(self:RunningStats):
+    "Process the pending batches: a few dozen device ops for up to `flush_every` batches, merged into the run's moments in one step."
+    rows, errs, aux = [self.moms[None]], [self.errs[None]], torch.zeros_like(self.aux)
+    if self._raw:
+        rows_, errs_ = self._flush_sampled(aux)
+        rows.append(rows_); errs.append(errs_)
+    i, w = 0, self._whole
+    while i < len(w):
+        j = i + 1
+        while j < len(w) and w[j].numel() == w[i].numel(): j += 1   # a run of equal sizes stacks
+        a = torch.stack(w[i:j])
+        m = _row_moments(a)
+        rows.append(m); errs.append(m.new_zeros(len(m), 2))
+        aux[3] += m[:, 0].sum()
+        self._bucket(a, aux)
+        i = j
+    self._raw, self._samples, self._numels, self._whole = [], [], [], []
+    if len(rows) == 1: return
+    self.moms, self.errs = _merge_rows(torch.cat(rows), torch.cat(errs))
+    self.aux += aux
 
-    def _bucket(self, a, aux):
-        "Sketch counts and exact zeros of the whole rows `a` (each value counting once)."
-        fin = torch.isfinite(a)
-        self._sketch_rows(torch.where(fin, a, 0.), [1] * len(a), aux, (~fin).sum().double())
+@patch
+def _bucket(self:RunningStats, a, aux):
+    "Sketch counts and exact zeros of the whole rows `a` (each value counting once)."
+    fin = torch.isfinite(a)
+    self._sketch_rows(torch.where(fin, a, 0.), [1] * len(a), aux, (~fin).sum().double())
 
-    def _flush_sampled(self, aux):
-        "Per-batch moments and error bounds from the raw sums, or from the sample where the sums cannot be trusted; the samples into the sketch and the zero count."
-        raw = torch.stack(self._raw).double()          # per batch: sum, sum of squares, exact finite count, min, max
-        total, sq, n, mn, mx = raw.unbind(1)
-        # the flush's big temporaries live in reused scratch buffers: fresh MB-sized tensors cost page faults on every flush
-        one_dtype = len({t.dtype for t in self._samples}) == 1
-        samples = self._samples if one_dtype else [t.double() for t in self._samples]
-        R, S, dt, dev = len(samples), samples[0].numel(), samples[0].dtype, samples[0].device
-        smp = torch.stack(samples, out=_scratch(R * S, dt, dev, 6).view(R, S))
-        numel = torch.tensor(self._numels, dtype=torch.float64, device=dev)
-        strides = [k // self.sample for k in self._numels]
-        stride = torch.tensor(strides, dtype=torch.float64, device=dev)
-        c = torch.nan_to_num(smp, nan=0., posinf=0., neginf=0., out=_scratch(R * S, dt, dev, 7).view(R, S))
-        # 1 where finite, 0 where NaN/±Inf (they became 0, which they are not equal to); as floats, which sum fast
-        fin = torch.eq(smp, c, out=_scratch(R * S, dt, dev, 10).view(R, S))
-        k_all = fin.sum(1).double()          # finite values per sample row
-        self._sketch_rows(c, strides, aux, ((S - k_all) * stride).sum())
-        # the fallback for batches whose sums cannot be trusted (rare): float64 moments of an evenly spaced part of the sample
-        step = max(1, S // _FALLBACK)
-        sq_, cq = smp[:, ::step], c[:, ::step]
-        Q = cq.shape[1]
-        q = _scratch(R * Q, torch.float64, dev, 8).view(R, Q).copy_(cq)
-        k = fin[:, ::step].sum(1).double()
-        tmp = _scratch(R * Q, dt, dev, 9).view(R, Q)          # min and max of the finite values, in the sample's dtype: exact
-        smn = torch.nan_to_num(sq_, nan=math.inf, posinf=math.inf, neginf=math.inf, out=tmp).amin(1).double()
-        smx = torch.nan_to_num(sq_, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=tmp).amax(1).double()
-        s = pow2_scale(torch.maximum(smn.abs(), smx.abs()))                 # 1 for a row without finite values
-        q.mul_(s[:, None])                                                   # no square overflows now
-        s1, s2 = q.sum(1), torch.linalg.vector_norm(q, dim=1)**2
-        safe_k = k.clamp(min=1)
-        smean = s1 / safe_k / s
-        var_s = ((s2 - s1 * s1 / safe_k).clamp(min=0) / s / s) / (k - 1).clamp(min=1)
-        eps = torch.tensor([_EPS.get(t.dtype, 2.**-20) for t in self._samples], dtype=torch.float64, device=dev)
-        tiny = torch.tensor([_TINY.get(t.dtype, 2.**-149) for t in self._samples], dtype=torch.float64, device=dev)
-        # every value finite and sums in range: the moments of the raw sums, with their rounding bounds
-        clean = (n == numel) & total.isfinite() & sq.isfinite()
-        safe_n = n.clamp(min=1)
-        mean_raw = total / safe_n
-        m2_raw = (sq - total * mean_raw).clamp(min=0)
-        # otherwise: from the sample's finite values, 3 standard errors (normal approximation) as the bound
-        fpc = (1 - k / safe_n).clamp(min=0).sqrt()
-        ok = n > 0
-        mean = torch.where(clean, mean_raw, torch.where(k > 0, smean, 0.))
-        m2 = torch.where(clean, m2_raw, var_s * (n - 1).clamp(min=0))
-        mean_err = torch.where(clean, eps * (sq / safe_n).sqrt(), 3 * (var_s / safe_k).sqrt() * fpc)
-        m2_err = torch.where(clean, 3 * eps * sq + n * tiny, 3 * var_s * (2 / (k - 1).clamp(min=1)).sqrt() * fpc * (n - 1).clamp(min=0))
-        mm_ok = mn.isfinite() & mx.isfinite()                   # aminmax saw NaN/Inf: then the sample's finite range
-        mn = torch.where(mm_ok, mn, smn); mx = torch.where(mm_ok, mx, smx)
-        rows = torch.stack([n, numel - n, torch.where(ok, mean, 0.), torch.where(ok, m2, 0.),
-                            torch.where(ok, mn, math.inf), torch.where(ok, mx, -math.inf)], 1)
-        errs = torch.stack([torch.where(ok, mean_err, 0.), torch.where(ok, m2_err, 0.)], 1)
-        sw = (k_all * stride).sum()
-        aux += torch.stack([(~clean & ok).sum().double(), (~mm_ok & ok).sum().double(), aux.new_zeros(()), sw, sw, k_all.sum(),
-                            (numel - stride * self.sample).sum()])
-        return rows, errs
+@patch
+def _sketch_rows(self:RunningStats, c, strides, aux, bad):
+    "Add the rows of `c` (NaN/Inf already zeroed: `bad` of them, weighted) to the sketch and the zero count, row `i` counting `strides[i]` times."
+    if self.sketch is None:
+        if self.count_zeros:
+            z = (c == 0).sum(1).double()
+            aux[2] += (z * torch.tensor(strides, dtype=torch.float64, device=c.device)).sum() - bad
+        return
+    level, k = self.sketch.level, self.sketch.k
+    idx = _sketch_index(c, level)
+    added, i = torch.zeros(2*k + 1, dtype=torch.int64, device=c.device), 0
+    while i < len(strides):                     # rows of equal stride (usually all of them) counted together
+        j = i + 1
+        while j < len(strides) and strides[j] == strides[i]: j += 1
+        cnt = _count(idx[i:j].reshape(-1), 2*k + 1)
+        added += cnt if strides[i] == 1 else cnt * strides[i]
+        i = j
+    added[k:k+1] -= bad.to(torch.int64)
+    self.sketch.counts += added
+    aux[2] += added[k].double()                 # zeros: the sketch's zero bucket
 
-    def _sketch_rows(self, c, strides, aux, bad):
-        "Add the rows of `c` (NaN/Inf already zeroed: `bad` of them, weighted) to the sketch and the zero count, row `i` counting `strides[i]` times."
-        if self.sketch is None:
-            if self.count_zeros:
-                z = (c == 0).sum(1).double()
-                aux[2] += (z * torch.tensor(strides, dtype=torch.float64, device=c.device)).sum() - bad
-            return
-        level, k = self.sketch.level, self.sketch.k
-        idx = _sketch_index(c, level)
-        added, i = torch.zeros(2*k + 1, dtype=torch.int64, device=c.device), 0
-        while i < len(strides):                     # rows of equal stride (usually all of them) counted together
-            j = i + 1
-            while j < len(strides) and strides[j] == strides[i]: j += 1
-            cnt = _count(idx[i:j].reshape(-1), 2*k + 1)
-            added += cnt if strides[i] == 1 else cnt * strides[i]
-            i = j
-        added[k:k+1] -= bad.to(torch.int64)
-        self.sketch.counts += added
-        aux[2] += added[k].double()                 # zeros: the sketch's zero bucket
+# %% ../nbs/08_kernel.ipynb #16dd76f0
+@patch
+def _flush_sampled(self:RunningStats, aux):
+    "Per-batch moments and error bounds from the raw sums, or from the sample where the sums cannot be trusted; the samples into the sketch and the zero count."
+    raw = torch.stack(self._raw).double()          # per batch: sum, sum of squares, exact finite count, min, max
+    total, sq, n, mn, mx = raw.unbind(1)
+    # the flush's big temporaries live in reused scratch buffers: fresh MB-sized tensors cost page faults on every flush
+    one_dtype = len({t.dtype for t in self._samples}) == 1
+    samples = self._samples if one_dtype else [t.double() for t in self._samples]
+    R, S, dt, dev = len(samples), samples[0].numel(), samples[0].dtype, samples[0].device
+    smp = torch.stack(samples, out=_scratch(R * S, dt, dev, 6).view(R, S))
+    numel = torch.tensor(self._numels, dtype=torch.float64, device=dev)
+    strides = [k // self.sample for k in self._numels]
+    stride = torch.tensor(strides, dtype=torch.float64, device=dev)
+    c = torch.nan_to_num(smp, nan=0., posinf=0., neginf=0., out=_scratch(R * S, dt, dev, 7).view(R, S))
+    # 1 where finite, 0 where NaN/±Inf (they became 0, which they are not equal to); as floats, which sum fast
+    fin = torch.eq(smp, c, out=_scratch(R * S, dt, dev, 10).view(R, S))
+    k_all = fin.sum(1).double()          # finite values per sample row
+    self._sketch_rows(c, strides, aux, ((S - k_all) * stride).sum())
+    # the fallback for batches whose sums cannot be trusted (rare): float64 moments of an evenly spaced part of the sample
+    step = max(1, S // _FALLBACK)
+    sq_, cq = smp[:, ::step], c[:, ::step]
+    Q = cq.shape[1]
+    q = _scratch(R * Q, torch.float64, dev, 8).view(R, Q).copy_(cq)
+    k = fin[:, ::step].sum(1).double()
+    tmp = _scratch(R * Q, dt, dev, 9).view(R, Q)          # min and max of the finite values, in the sample's dtype: exact
+    smn = torch.nan_to_num(sq_, nan=math.inf, posinf=math.inf, neginf=math.inf, out=tmp).amin(1).double()
+    smx = torch.nan_to_num(sq_, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=tmp).amax(1).double()
+    s = pow2_scale(torch.maximum(smn.abs(), smx.abs()))                 # 1 for a row without finite values
+    q.mul_(s[:, None])                                                   # no square overflows now
+    s1, s2 = q.sum(1), torch.linalg.vector_norm(q, dim=1)**2
+    safe_k = k.clamp(min=1)
+    smean = s1 / safe_k / s
+    var_s = ((s2 - s1 * s1 / safe_k).clamp(min=0) / s / s) / (k - 1).clamp(min=1)
+    eps = torch.tensor([_EPS.get(t.dtype, 2.**-20) for t in self._samples], dtype=torch.float64, device=dev)
+    tiny = torch.tensor([_TINY.get(t.dtype, 2.**-149) for t in self._samples], dtype=torch.float64, device=dev)
+    # every value finite and sums in range: the moments of the raw sums, with their rounding bounds
+    clean = (n == numel) & total.isfinite() & sq.isfinite()
+    safe_n = n.clamp(min=1)
+    mean_raw = total / safe_n
+    m2_raw = (sq - total * mean_raw).clamp(min=0)
+    # otherwise: from the sample's finite values, 3 standard errors (normal approximation) as the bound
+    fpc = (1 - k / safe_n).clamp(min=0).sqrt()
+    ok = n > 0
+    mean = torch.where(clean, mean_raw, torch.where(k > 0, smean, 0.))
+    m2 = torch.where(clean, m2_raw, var_s * (n - 1).clamp(min=0))
+    mean_err = torch.where(clean, eps * (sq / safe_n).sqrt(), 3 * (var_s / safe_k).sqrt() * fpc)
+    m2_err = torch.where(clean, 3 * eps * sq + n * tiny, 3 * var_s * (2 / (k - 1).clamp(min=1)).sqrt() * fpc * (n - 1).clamp(min=0))
+    mm_ok = mn.isfinite() & mx.isfinite()                   # aminmax saw NaN/Inf: then the sample's finite range
+    mn = torch.where(mm_ok, mn, smn); mx = torch.where(mm_ok, mx, smx)
+    rows = torch.stack([n, numel - n, torch.where(ok, mean, 0.), torch.where(ok, m2, 0.),
+                        torch.where(ok, mn, math.inf), torch.where(ok, mx, -math.inf)], 1)
+    errs = torch.stack([torch.where(ok, mean_err, 0.), torch.where(ok, m2_err, 0.)], 1)
+    sw = (k_all * stride).sum()
+    aux += torch.stack([(~clean & ok).sum().double(), (~mm_ok & ok).sum().double(), aux.new_zeros(()), sw, sw, k_all.sum(),
+                        (numel - stride * self.sample).sum()])
+    return rows, errs
 
-    def state(self):
-        "`(moments, errors, aux)` after a flush: what a reader or a merge needs."
-        self.flush()
-        return self.moms, self.errs, self.aux
+# %% ../nbs/08_kernel.ipynb #88e4a693
+@patch
+def state(self:RunningStats):
+    "`(moments, errors, aux)` after a flush: what a reader or a merge needs."
+    self.flush()
+    return self.moms, self.errs, self.aux
 
-    def merge(self, other):
-        "Add everything `other` (another `RunningStats`) recorded."
-        self.flush(); other.flush()
-        m = other.moms.to(self.moms.device)
-        self.moms, self.errs = merge_moments(self.moms, m), _merge_errors(self.moms, m, self.errs, other.errs.to(self.moms.device))
-        self.aux = self.aux + other.aux.to(self.aux.device)
-        return self
+@patch
+def merge(self:RunningStats, other):
+    "Add everything `other` (another `RunningStats`) recorded."
+    self.flush(); other.flush()
+    m = other.moms.to(self.moms.device)
+    self.moms, self.errs = merge_moments(self.moms, m), _merge_errors(self.moms, m, self.errs, other.errs.to(self.moms.device))
+    self.aux = self.aux + other.aux.to(self.aux.device)
+    return self
 
-    def read(self):
-        "Host dict: count, nonfinite, mean, std, min, max, zeros, and the error bounds of the estimates (0: exact up to float64 rounding)."
-        m, e, a = (t.cpu().tolist() for t in self.state())
-        n, bad, mean, m2, mn, mx = m
-        aux = dict(zip(_AUX, a))
-        var = m2 / (n - 1) if n > 1 else math.nan
-        std = math.sqrt(var) if var == var else math.nan
-        var_err = e[1] / (n - 1) if n > 1 else math.nan
-        std_err = (var_err / (2*std) if std > 0 else math.sqrt(var_err)) if var_err == var_err else math.nan
-        return dict(count=int(n), nonfinite=int(bad), mean=mean if n else math.nan, std=std, min=mn if n else math.nan,
-                    max=mx if n else math.nan, mean_error=e[0] if n else math.nan, std_error=min(std_err, math.inf),
-                    **aux)
-
+@patch
+def read(self:RunningStats):
+    "Host dict: count, nonfinite, mean, std, min, max, zeros, and the error bounds of the estimates (0: exact up to float64 rounding)."
+    m, e, a = (t.cpu().tolist() for t in self.state())
+    n, bad, mean, m2, mn, mx = m
+    aux = dict(zip(_AUX, a))
+    var = m2 / (n - 1) if n > 1 else math.nan
+    std = math.sqrt(var) if var == var else math.nan
+    var_err = e[1] / (n - 1) if n > 1 else math.nan
+    std_err = (var_err / (2*std) if std > 0 else math.sqrt(var_err)) if var_err == var_err else math.nan
+    return dict(count=int(n), nonfinite=int(bad), mean=mean if n else math.nan, std=std, min=mn if n else math.nan,
+                max=mx if n else math.nan, mean_error=e[0] if n else math.nan, std_error=min(std_err, math.inf),
+                **aux)

@@ -183,7 +183,7 @@ class _Stream(RunningStats):
         if self.buf is not None: self.buf = self.buf.to(device)
 
 
-# %% ../nbs/10a_statistics.ipynb #76bdf6b0
+# %% ../nbs/10a_statistics.ipynb #913e817b
 class StatisticsCollector:
     "Run-wide statistics of named tensor streams, updated without host syncs; see `StatisticsConfig`."
     def __init__(self, config: StatisticsConfig = None):
@@ -228,15 +228,6 @@ class StatisticsCollector:
         meta['n_updates'] += 1
         meta['last_updated'] = datetime.datetime.now().isoformat(timespec='seconds')
 
-    def _shared_raw(self, t, x, stream):
-        "The hot path's raw statistics of tensor `t` (flat float `x`), shared with the next stream that sees the same tensor (a module's input is often the previous output); None when `stream` takes `x` whole."
-        if stream.exact or x.numel() <= stream.sample: return None
-        hit = self._recent
-        if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == stream.sample: return hit[3]
-        raw = _raw_batch(x, stream.sample, stream._rng)
-        self._recent = (weakref.ref(t), t._version, stream.sample, raw)
-        return raw
-
     def _module_meta(self, name):
         if name not in self._modules:
             self._modules[name] = dict(calls=0, n_updates=0, total_samples=0, last_updated=None)
@@ -244,49 +235,65 @@ class StatisticsCollector:
 
     def _skip(self, sname, reason): self.skipped[sname] = reason
 
-    def _stream(self, key, device, sname):
-        s = self._streams.get(key)
-        if s is not None: return s
-        if not self._make_room(sname): return None
-        s = self._streams[key] = _Stream(device, self._level if self._use_sketch else None,
-                                         self.config.max_samples if self._use_buffer else None,
-                                         exact=self.config.exact, zeros=self.config.collect_sparsity)
-        return s
+# %% ../nbs/10a_statistics.ipynb #de025afc
+@patch
+def _shared_raw(self:StatisticsCollector, t, x, stream):
+    "The hot path's raw statistics of tensor `t` (flat float `x`), shared with the next stream that sees the same tensor (a module's input is often the previous output); None when `stream` takes `x` whole."
+    if stream.exact or x.numel() <= stream.sample: return None
+    hit = self._recent
+    if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == stream.sample: return hit[3]
+    raw = _raw_batch(x, stream.sample, stream._rng)
+    self._recent = (weakref.ref(t), t._version, stream.sample, raw)
+    return raw
 
-    def _need(self):
-        return _BASE_BYTES + (QuantileSketch.nbytes_at(self._level) if self._use_sketch else 0) + \
-               (8*self.config.max_samples if self._use_buffer else 0)
+# %% ../nbs/10a_statistics.ipynb #ffc6861d
+@patch
+def _stream(self:StatisticsCollector, key, device, sname):
+    s = self._streams.get(key)
+    if s is not None: return s
+    if not self._make_room(sname): return None
+    s = self._streams[key] = _Stream(device, self._level if self._use_sketch else None,
+                                     self.config.max_samples if self._use_buffer else None,
+                                     exact=self.config.exact, zeros=self.config.collect_sparsity)
+    return s
 
-    def _make_room(self, sname):
-        if self.config.max_memory_mb is None: return True
-        limit = self.config.max_memory_mb * 2**20
-        while self.memory_bytes + self._need() > limit:
-            if self._use_buffer:
-                self._use_buffer = False
-                for s in self._streams.values(): s.drop_buffer()
-                self._degrade('released the exact-percentile buffers (max_samples); percentiles now come from the sketches')
-            elif self._use_sketch and self._level < MAX_SKETCH_LEVEL:
-                self._level += 1
-                for s in self._streams.values():
-                    if s.sketch is not None: s.sketch.coarsen(self._level)
-                self._degrade(f'coarsened the sketches to level {self._level}: percentiles within {sketch_alpha(self._level):.1%}')
-            elif self._use_sketch:
-                self._use_sketch = False
-                self._degrade('new statistics get no sketch: no percentiles or histograms for them')
-            else:
-                self._skip(sname, f'max_memory_mb={self.config.max_memory_mb} reached; raise it to collect this statistic')
-                self._degrade(f'skipped new statistic {sname}')
-                return False
-        return True
+@patch
+def _need(self:StatisticsCollector):
+    return _BASE_BYTES + (QuantileSketch.nbytes_at(self._level) if self._use_sketch else 0) + \
+           (8*self.config.max_samples if self._use_buffer else 0)
 
-    def _degrade(self, what):
-        self.memory_log.append(what)
-        if not self._warned:
-            self._warned = True
-            warnings.warn(f"StatisticsCollector: max_memory_mb={self.config.max_memory_mb} reached, {what}. "
-                          "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
+@patch
+def _make_room(self:StatisticsCollector, sname):
+    if self.config.max_memory_mb is None: return True
+    limit = self.config.max_memory_mb * 2**20
+    while self.memory_bytes + self._need() > limit:
+        if self._use_buffer:
+            self._use_buffer = False
+            for s in self._streams.values(): s.drop_buffer()
+            self._degrade('released the exact-percentile buffers (max_samples); percentiles now come from the sketches')
+        elif self._use_sketch and self._level < MAX_SKETCH_LEVEL:
+            self._level += 1
+            for s in self._streams.values():
+                if s.sketch is not None: s.sketch.coarsen(self._level)
+            self._degrade(f'coarsened the sketches to level {self._level}: percentiles within {sketch_alpha(self._level):.1%}')
+        elif self._use_sketch:
+            self._use_sketch = False
+            self._degrade('new statistics get no sketch: no percentiles or histograms for them')
+        else:
+            self._skip(sname, f'max_memory_mb={self.config.max_memory_mb} reached; raise it to collect this statistic')
+            self._degrade(f'skipped new statistic {sname}')
+            return False
+    return True
 
-# %% ../nbs/10a_statistics.ipynb #40f4f711
+@patch
+def _degrade(self:StatisticsCollector, what):
+    self.memory_log.append(what)
+    if not self._warned:
+        self._warned = True
+        warnings.warn(f"StatisticsCollector: max_memory_mb={self.config.max_memory_mb} reached, {what}. "
+                      "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
+
+# %% ../nbs/10a_statistics.ipynb #d41b53f4
 def _exact_percentiles(vals, qs):
     "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
     with np.errstate(all='ignore'): res = np.percentile(vals, qs)
@@ -332,6 +339,7 @@ def _rescale(counts, n):
     res[np.argsort(res - x)[:n - int(res.sum())]] += 1
     return res.tolist()
 
+# %% ../nbs/10a_statistics.ipynb #37197aa6
 @patch
 def _read_stream(self:StatisticsCollector, s):
     cfg = self.config
@@ -395,6 +403,7 @@ def _read_stream(self:StatisticsCollector, s):
         else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
     return res
 
+# %% ../nbs/10a_statistics.ipynb #32a6fe6d
 @patch
 def get_statistics(self:StatisticsCollector, name):
     "The `ModuleStatistics` of module `name`, or None if nothing was recorded under that name."
