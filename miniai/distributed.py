@@ -139,7 +139,7 @@ def merge_recorded(parts, exact=False, sample=None):
 
 # %% ../nbs/13_distributed.ipynb #dd81e853
 def sync_activation_stats(astats, group=None):
-    "Replace each hook's recorders in `astats` by the merge of every rank's (one `all_gather` for everything); returns the number of recorders merged."
+    "Replace each hook's recorders in `astats` by the merge of every rank's (two `all_gather`s: the batch counts, checked, then everything in one packed tensor); returns the number of recorders merged."
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return 0
     recs = [(h, k, r) for h in astats for k, r in getattr(h, 'recorders', {}).items()]
     # each recorder packed as rows of [n, n_nonfinite, mean, m2, estimated, mean_err, std_err, hist...]
