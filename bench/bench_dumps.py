@@ -100,9 +100,17 @@ def bench_saving(args, tmp, limits=(-1, -1)):
     print(f"{'np.save in the hook':30}{best['seed'][0]:9.3f}{added_seed:+9.3f}{best['seed'][3]:10.3f}{best['seed'][2]:21.3f}")
     print(f"{'miniai, training loop':30}{best['miniai'][0]:9.3f}{added_loop:+9.3f}{best['miniai'][3]:10.3f}")
     print(f"{'miniai, loop + final flush':30}{best['miniai'][1]:9.3f}{added_all:+9.3f}{'':10}{best['miniai'][2]:21.3f}")
-    print(f"added wall time, seed / miniai: {added_seed/max(added_loop, 1e-9):.1f}x (training loop), "
-          f"{added_seed/max(added_all, 1e-9):.1f}x (including the final flush); "
+    def ratio(a, b): return f'{a/b:.1f}x' if b > 0 else f'miniai added nothing measurable ({b*1e3:+.0f} ms)'
+    print(f"best of {args.repeats}: added wall time, seed / miniai: {ratio(added_seed, added_loop)} (training loop), "
+          f"{ratio(added_seed, added_all)} (including the final flush); "
           f"time in hooks, seed / miniai: {best['seed'][3]/max(best['miniai'][3], 1e-9):.1f}x")
+    # the same from each repeat's own no-hook run (interleaved, so both saw the same phase of the machine): medians
+    med = lambda v: float(np.median(v))
+    d_seed = med([s[0] - n[0] for s, n in zip(res['seed'], res['none'])])
+    d_loop = med([m[0] - n[0] for m, n in zip(res['miniai'], res['none'])])
+    d_all = med([m[1] - n[0] for m, n in zip(res['miniai'], res['none'])])
+    print(f"median of {args.repeats} paired differences: added wall s, seed {d_seed:+.3f}, miniai {d_loop:+.3f} (loop), {d_all:+.3f} (+ flush); "
+          f"seed / miniai: {ratio(d_seed, d_loop)} (training loop), {ratio(d_seed, d_all)} (including the final flush)")
 
 def write_dumps(root, total_mb, file_mb=16, dtype='float32'):
     n_files = max(1, total_mb // (2*file_mb))

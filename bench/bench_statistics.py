@@ -125,8 +125,17 @@ def main_epochs(rounds, names):
 
 def micro(reps=15):
     "Cost of the kernel's pieces on one tensor (the first convolution's output, 1.6M float32 values), in ms."
-    from miniai.kernel import moments, count_finite, _raw_batch, _rng, QuantileSketch, RunningStats
+    from miniai.kernel import moments, count_finite, _raw_batch, _raw_sums, fused_kernel, _rng, QuantileSketch, RunningStats
+    def torch_ops(minmax):
+        def f(x):
+            with fused_kernel(False): return _raw_sums(x, minmax)
+        return f
+    _raw_sums(torch.ones(10))   # compile the CPU loop before timing it
     cases = {'x.clone() (one read + one write)': lambda x: x.clone(),
+             '_raw_sums(x): count, sum, sum of squares; CPU loop (numba)': lambda x: _raw_sums(x),
+             'the same with torch ops (sum, dot, 1 + 0*x, nansum)': torch_ops(False),
+             '_raw_sums(x, minmax=True): and min, max; CPU loop': lambda x: _raw_sums(x, True),
+             'the same with torch ops (+ aminmax)': torch_ops(True),
              'x.sum()': lambda x: x.sum(), 'torch.dot(x, x)': lambda x: torch.dot(x, x),
              'torch.aminmax(x)': lambda x: torch.aminmax(x), 'count_finite(x)': count_finite,
              'hot path (_raw_batch: the above + a 16K sample)': lambda x: _raw_batch(x, 16384, _rng),
@@ -134,7 +143,7 @@ def micro(reps=15):
              'moments(x, precise=True) (exact=True)': lambda x: moments(x, precise=True),
              'QuantileSketch.batch_counts(x) (exact=True)': lambda x: QuantileSketch.batch_counts(x)}
     g = torch.Generator().manual_seed(0)
-    xs = [torch.randn(1024 * 8 * 14 * 14, generator=g) for _ in range(16)]
+    xs = [torch.randn(1024 * 8 * 14 * 14, generator=g) for _ in range(16)]   # 103 MB: each read comes from memory, as in training
     times = {k: [] for k in cases}
     for _ in range(reps):
         for k, f in cases.items():
