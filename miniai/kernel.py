@@ -200,7 +200,8 @@ def abs_hist(x, bins=40, hi=10., sample=16384, rng=None):
 
 # %% ../nbs/08_kernel.ipynb #b86ead78
 # numba is imported and the loop compiled at the first CPU call (0.2 s, then cached on disk), not when miniai is imported
-_FUSED = [importlib.util.find_spec('numba') is not None and os.environ.get('MINIAI_FUSED', '1') != '0']
+_HAVE_NUMBA = importlib.util.find_spec('numba') is not None
+_FUSED = [_HAVE_NUMBA and os.environ.get('MINIAI_FUSED', '1') != '0']
 _fused_sums = None
 
 def _fused_sums_loop(x, out):
@@ -248,7 +249,7 @@ def _compile_fused():
 @contextlib.contextmanager
 def fused_kernel(enabled=True):
     "Within this block the CPU one-pass kernel is used (`True`, the default when numba is installed) or the torch ops that other devices run (`False`)."
-    old, _FUSED[0] = _FUSED[0], bool(enabled) and importlib.util.find_spec('numba') is not None
+    old, _FUSED[0] = _FUSED[0], bool(enabled) and _HAVE_NUMBA
     try: yield
     finally: _FUSED[0] = old
 
@@ -260,8 +261,7 @@ def _raw_sums(x, minmax=False):
             out = np.empty(5 if minmax else 3)
             f(np.from_dlpack(x), out)
             return torch.from_numpy(out)
-    if x.numel() <= _COUNT_CHUNK: r = [x.sum(), torch.dot(x, x), count_finite(x)]
-    else: r = [x.sum().double(), torch.dot(x, x).double(), count_finite(x)]
+    r = [x.sum(), torch.dot(x, x), count_finite(x)]   # stacked as float64 when the count is (beyond 2^23 values)
     return torch.stack(r + list(torch.aminmax(x)) if minmax else r)
 
 # %% ../nbs/08_kernel.ipynb #b15c267d
@@ -275,7 +275,7 @@ class StatsRecorder:
         fc.store_attr('bins,hi,sample,exact,seed')
         self.reset()
     def reset(self):
-        self._numels, self._raw, self._dtypes, self._has_raw, self._tables = [], [], [], [], {}
+        self._numels, self._raw, self._dtypes, self._has_raw = [], [], [], []
         self._pending, self._clean, self._counts = [], [], []
         self._rng, self._cache = random.Random(self.seed), None
     def record(self, x):
@@ -294,19 +294,13 @@ class StatsRecorder:
             # a NaN or Inf makes the plain sums NaN/Inf: that batch's mean comes from the sample
             self._raw.append(_raw_sums(x))
             self._dtypes.append(x.dtype)
-            table = self._tables.get((n, x.device))
-            if table is None: table = self._table_for(x)
-            self._pending.append(x.index_select(0, table[self._rng.randrange(_TABLE_ROWS)]))   # `_sample`, with its table cached
+            self._pending.append(_sample(x, self.sample, self._rng))
             self._has_raw.append(True)
         else:                   # small enough to keep whole until the next flush
             self._pending.append(x.clone())
             self._has_raw.append(False)
         if len(self._pending) >= self.flush_every: self._flush()
 
-    def _table_for(self, x):
-        "The sample table of this size (`_sample_table`), looked up once per size."
-        t = self._tables[(x.numel(), x.device)] = _sample_table(x.numel(), self.sample, x.device)
-        return t
     def __len__(self): return len(self._numels)
 
 # %% ../nbs/08_kernel.ipynb #addb1f33
@@ -785,13 +779,13 @@ def _flush_sampled(self:RunningStats, aux):
     self._sketch_rows(c, strides, aux, ((S - k_all) * stride).sum())
     # the fallback for batches whose sums cannot be trusted (rare): float64 moments of an evenly spaced part of the sample
     step = max(1, S // _FALLBACK)
-    sq_, cq = smp[:, ::step], c[:, ::step]
+    smp_q, cq = smp[:, ::step], c[:, ::step]
     Q = cq.shape[1]
     q = _scratch(R * Q, torch.float64, dev, 8).view(R, Q).copy_(cq)
-    k = fin[:, ::step].sum(1).double()
+    k = k_all if step == 1 else fin[:, ::step].sum(1).double()
     tmp = _scratch(R * Q, dt, dev, 9).view(R, Q)          # min and max of the finite values, in the sample's dtype: exact
-    smn = torch.nan_to_num(sq_, nan=math.inf, posinf=math.inf, neginf=math.inf, out=tmp).amin(1).double()
-    smx = torch.nan_to_num(sq_, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=tmp).amax(1).double()
+    smn = torch.nan_to_num(smp_q, nan=math.inf, posinf=math.inf, neginf=math.inf, out=tmp).amin(1).double()
+    smx = torch.nan_to_num(smp_q, nan=-math.inf, posinf=-math.inf, neginf=-math.inf, out=tmp).amax(1).double()
     s = pow2_scale(torch.maximum(smn.abs(), smx.abs()))                 # 1 for a row without finite values
     q.mul_(s[:, None])                                                   # no square overflows now
     s1, s2 = q.sum(1), torch.linalg.vector_norm(q, dim=1)**2
