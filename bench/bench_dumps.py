@@ -25,6 +25,8 @@ def timed(f):
         finally: IN_HOOKS[0] += time.perf_counter() - t0
     return _f
 
+GATE = dict(seed=True, miniai=True)   # the interleaved bench switches each writer on for its own steps only
+
 def seed_style_hooks(model, path, target='Conv2d', max_t=-1, max_g=-1):
     "The seed tool's approach: synchronous np.save in the forward hook and in the parameter hooks (with its limits)."
     tdir, gdir = Path(path)/'tensors'/'rank_0', Path(path)/'grads'/'rank_0'
@@ -33,11 +35,13 @@ def seed_style_hooks(model, path, target='Conv2d', max_t=-1, max_g=-1):
     handles = []
     @timed
     def fwd(name, mod, inp, out):
+        if not GATE['seed']: return
         if 0 <= max_t <= state['t']: return
         np.save(tdir/f"tensor_idx_{state['t']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", out.detach().cpu().numpy())
         state['t'] += 1
     @timed
     def grad(name, g):
+        if not GATE['seed']: return
         if 0 <= max_g <= state['g']: return
         np.save(gdir/f"tensor_idx_{state['g']}_layer_class_{target}_layer_name_{name}_micro_step_0.npy", g.detach().cpu().numpy())
         state['g'] += 1
@@ -54,18 +58,28 @@ def train(model, batches):
         F.cross_entropy(model(xb), yb).backward()
         opt.step(); opt.zero_grad()
 
+def gated(f):
+    def _f(*args, **kwargs):
+        if GATE['miniai']: return f(*args, **kwargs)
+    return _f
+
+def instrument_saving_hook():
+    "Time (and gate) `SavingHook`'s hook methods; the hooks bind them when they are registered, so this comes first."
+    from miniai.dumps import SavingHook
+    if not hasattr(SavingHook, '_timed'):
+        SavingHook._save_output, SavingHook._save_grad = (gated(timed(SavingHook._save_output)), gated(timed(SavingHook._save_grad)))
+        SavingHook._timed = True
+    return SavingHook
+
 def time_mode(mode, batches, tmp, limits=(-1, -1)):
     from miniai.learner import baseline_cnn
-    from miniai.dumps import SavingHook
+    SavingHook = instrument_saving_hook()
     torch.manual_seed(0)
     model = baseline_cnn()
     path = Path(tempfile.mkdtemp(dir=tmp))
     handles, hook = [], None
     if mode == 'seed': handles = seed_style_hooks(model, path, 'Conv2d', *limits)
     elif mode == 'miniai':
-        if not hasattr(SavingHook, '_timed'):   # the hooks bind these methods when they are registered
-            SavingHook._save_output, SavingHook._save_grad = timed(SavingHook._save_output), timed(SavingHook._save_grad)
-            SavingHook._timed = True
         hook = SavingHook(model, path, 'Conv2d', max_saved_tensors=limits[0], max_saved_grads=limits[1])
     IN_HOOKS[0] = 0.
     t0, c0 = time.perf_counter(), time.process_time()
@@ -111,6 +125,58 @@ def bench_saving(args, tmp, limits=(-1, -1)):
     d_all = med([m[1] - n[0] for m, n in zip(res['miniai'], res['none'])])
     print(f"median of {args.repeats} paired differences: added wall s, seed {d_seed:+.3f}, miniai {d_loop:+.3f} (loop), {d_all:+.3f} (+ flush); "
           f"seed / miniai: {ratio(d_seed, d_loop)} (training loop), {ratio(d_seed, d_all)} (including the final flush)")
+
+def create_cost(folder, n=40):
+    "Microseconds to create an empty file in `folder` (ext4 on this VM: from 15 us to over 700 us, by the folder's block group)."
+    t0 = time.perf_counter()
+    for i in range(n): os.close(os.open(folder/f'probe_{i}', os.O_WRONLY | os.O_CREAT | os.O_EXCL))
+    dt = (time.perf_counter() - t0) / n
+    for i in range(n): os.unlink(folder/f'probe_{i}')
+    return dt * 1e6
+
+def bench_interleaved(args, tmp, limits=(-1, -1)):
+    """Both writers on the training thread (no spare core): ONE training run whose steps take turns, without saving, with
+    np.save in the hook and with miniai (`background=False`), in a shuffled order in each cycle of three steps. Both see
+    the same disk, page cache, writeback and machine load, so the paired step differences are far less noisy than
+    whole runs compared with each other. miniai's final flush (its index.json files) is added to its total."""
+    from miniai.learner import baseline_cnn
+    SavingHook = instrument_saving_hook()
+    torch.manual_seed(1)
+    batches = [(torch.rand(args.bs, 1, 28, 28), torch.randint(0, 10, (args.bs,))) for _ in range(8)]
+    torch.manual_seed(0)
+    model, root = baseline_cnn(), Path(tempfile.mkdtemp(dir=tmp))
+    handles = seed_style_hooks(model, root/'seed', 'Conv2d', *limits)
+    hook = SavingHook(model, root/'miniai', 'Conv2d', max_saved_tensors=limits[0], max_saved_grads=limits[1], background=False)
+    costs = {m: create_cost(root/m/'tensors'/'rank_0') for m in ('seed', 'miniai')}
+    opt, rng = torch.optim.SGD(model.parameters(), lr=0.1), np.random.default_rng(0)
+    modes, times = ('none', 'seed', 'miniai'), {m: [] for m in ('none', 'seed', 'miniai')}
+    for c in range(args.steps):
+        xb, yb = batches[c % len(batches)]
+        for m in rng.permutation(modes):
+            GATE.update(seed=m == 'seed', miniai=m == 'miniai')
+            t0 = time.perf_counter()
+            F.cross_entropy(model(xb), yb).backward()
+            opt.step(); opt.zero_grad()
+            times[m].append(time.perf_counter() - t0)
+    GATE.update(seed=True, miniai=True)
+    t0 = time.perf_counter(); hook.remove(); t_flush = time.perf_counter() - t0
+    for h in handles: h.remove()
+    n_bytes = {m: sum(f.stat().st_size for f in (root/m).rglob('*.npy')) for m in ('seed', 'miniai')}
+    shutil.rmtree(root)
+    t = {m: np.array(v) for m, v in times.items()}
+    d = {m: t[m] - t['none'] for m in ('seed', 'miniai')}
+    tot = {m: d[m].sum() for m in d}
+    tot['miniai'] += t_flush
+    se = {m: d[m].std(ddof=1) * np.sqrt(len(d[m])) for m in d}   # standard error of the summed differences
+    what = "every step" if limits[0] < 0 else f"default limits ({limits[0]} outputs, {limits[1]} grads)"
+    print(f"## interleaved steps, no spare core: {args.steps} cycles of (none, np.save, miniai) in shuffled order, {what}, "
+          f"{n_bytes['miniai']/2**20:.0f} MB each, torch threads={torch.get_num_threads()}, load average {os.getloadavg()[0]:.1f}; "
+          f"an empty file's creation here: {costs['seed']:.0f} us (np.save's folder), {costs['miniai']:.0f} us (miniai's)")
+    print(f"no saving: {t['none'].sum():.3f} s over {args.steps} steps (median step {np.median(t['none'])*1e3:.2f} ms)")
+    for m, label in (('seed', 'np.save in the hook'), ('miniai', 'miniai, + final flush')):
+        print(f"{label:24} added {tot[m]:+.3f} s +- {2*se[m]:.3f} (2 SE); median step difference {np.median(d[m])*1e3:+.2f} ms")
+    print(f"miniai's final flush: {t_flush*1e3:.1f} ms; np.save / miniai, added time: {tot['seed']/tot['miniai']:.2f}x")
+    return tot['seed'], tot['miniai']
 
 def write_dumps(root, total_mb, file_mb=16, dtype='float32'):
     n_files = max(1, total_mb // (2*file_mb))
@@ -165,6 +231,7 @@ if __name__ == '__main__':
     p.add_argument('--compare-dtype', default='float32', choices=['float32', 'float64'])
     p.add_argument('--threads', type=int, default=None, help='torch intra-op threads for the saving bench (default: torch default)')
     p.add_argument('--skip-saving', action='store_true')
+    p.add_argument('--interleaved', action='store_true', help='no spare core: one run, steps taking turns (see bench_interleaved)')
     p.add_argument('--limits-only', action='store_true', help='only the run with the default limits')
     p.add_argument('--skip-compare', action='store_true')
     p.add_argument('--compare-only', default=None, help=argparse.SUPPRESS)
@@ -173,7 +240,10 @@ if __name__ == '__main__':
     if args.threads: torch.set_num_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix='bench_dumps_')
     try:
-        if not args.skip_saving:
+        if args.interleaved:
+            if not args.limits_only: bench_interleaved(args, tmp)
+            bench_interleaved(args, tmp, limits=(50, 100))
+        elif not args.skip_saving:
             if not args.limits_only: bench_saving(args, tmp)
             bench_saving(args, tmp, limits=(50, 100))
         if not args.skip_compare: bench_compare(args, tmp)

@@ -67,22 +67,36 @@ def to_cpu(x):
 # %% ../nbs/00_core.ipynb #ae8562aa
 _tmp_ids = itertools.count()
 _NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_BINARY', 0)
+_CREATE_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
 
-def atomic_write(path, data, durable=False):
-    "Write `data` (bytes, str, or `f(file)`) to a new temporary file beside `path`, then rename it to `path`; never writes through a symlink."
-    path = os.fspath(path)
+def _write_all(fd, parts):
+    "Write the byte buffers `parts` to `fd`: one `writev` call, unless the system writes less at a time."
+    views = [memoryview(p).cast('B') for p in parts]
+    while views:
+        n = os.writev(fd, views) if hasattr(os, 'writev') else os.write(fd, views[0])
+        while views and n >= len(views[0]): n -= len(views[0]); views.pop(0)
+        if views: views[0] = views[0][n:]
+
+def _new_tmp(path):
+    "Create a new temporary file beside `path` (never an existing one); returns its name and descriptor."
     head, name = os.path.split(path)
-    if len(os.fsencode(name)) > 200: name = hashlib.sha1(os.fsencode(name)).hexdigest()   # the temporary name stays under 255 bytes
+    if len(name) > 50 and len(os.fsencode(name)) > 200: name = hashlib.sha1(os.fsencode(name)).hexdigest()   # the temporary name stays under 255 bytes
     while True:
         tmp = os.path.join(head, f'.{name}.{os.getpid()}.{next(_tmp_ids)}.tmp')   # unique per process and call
-        try: fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o666)
+        try: return tmp, os.open(tmp, _CREATE_NEW, 0o666)
         except FileExistsError: continue   # left behind by a crashed process that had our pid
-        break
+
+def atomic_write(path, data, durable=False):
+    "Write `data` (bytes, str, a list or tuple of byte buffers, or `f(file)`) to a new temporary file beside `path`, then rename it to `path`; never writes through a symlink."
+    path = os.fspath(path)
+    tmp, fd = _new_tmp(path)
     try:
-        with open(fd, 'wb') as f:
-            if callable(data): data(f)
-            else: f.write(data.encode() if isinstance(data, str) else data)
-            if durable: f.flush(); os.fsync(f.fileno())
+        try:
+            if callable(data):
+                with open(fd, 'wb', closefd=False) as f: data(f)
+            else: _write_all(fd, data if isinstance(data, (list, tuple)) else [data.encode() if isinstance(data, str) else data])
+            if durable: os.fsync(fd)
+        finally: os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError): os.unlink(tmp)

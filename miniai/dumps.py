@@ -16,7 +16,7 @@ import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
 from fastprogress import progress_bar
-from .core import atomic_write, to_host, write_json
+from .core import atomic_write, json_safe, to_host
 from .kernel import moments
 
 # %% auto #0
@@ -61,7 +61,7 @@ def rank_dir(path, kind='tensors', rank=None) -> Path:
 
 # %% ../nbs/10b_dumps.ipynb #53291cc3
 _NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_BINARY', 0)
-_headers = {}
+_headers, _dtype_names = {}, {}
 
 def _npy_header(arr):
     "The `.npy` header `np.save` writes for C-ordered `arr`, cached per dtype and shape."
@@ -74,26 +74,23 @@ def _npy_header(arr):
         _headers[key] = buf.getvalue()
     return _headers[key]
 
-def _write_new(fd, parts):
-    "Write the byte buffers `parts` to `fd`: one `writev` call, unless the system writes less at a time."
-    views = [memoryview(p).cast('B') for p in parts]
-    while views:
-        n = os.writev(fd, views) if hasattr(os, 'writev') else os.write(fd, views[0])
-        while views and n >= len(views[0]): n -= len(views[0]); views.pop(0)
-        if views: views[0] = views[0][n:]
+def _dtype_name(dt):
+    "'float32' for `torch.float32` or numpy's float32, cached (numpy takes microseconds to name a dtype)."
+    name = _dtype_names.get(dt)
+    if name is None: name = _dtype_names[dt] = str(dt).replace('torch.', '')
+    return name
 
 def _write_npy(fn, arr):
     "Write `arr` to `.npy` file `fn` with `atomic_write`: a temporary file (header and data in one `writev`) renamed to `fn`."
     if not arr.flags.c_contiguous: return atomic_write(fn, lambda f: np.save(f, arr, allow_pickle=False))
-    atomic_write(fn, lambda f: _write_new(f.fileno(), [_npy_header(arr), arr.reshape(-1).view(np.uint8)]))
+    atomic_write(fn, (_npy_header(arr), arr.reshape(-1).view(np.uint8)))
 
 def save_npy(fn, t) -> dict:
     "Save tensor or array `t` to `fn` as a `.npy` that loads without pickle; returns `dtype`, `stored_dtype` and `shape`."
     arr = to_host(t, numpy=True, keep_half=True) if isinstance(t, torch.Tensor) else np.asarray(t)
     if arr.dtype == object: raise TypeError(f"{fn}: object arrays cannot be saved without pickle")
     _write_npy(fn, arr)
-    dtype = str(t.dtype).replace('torch.', '') if isinstance(t, torch.Tensor) else str(arr.dtype)
-    return dict(dtype=dtype, stored_dtype=str(arr.dtype), shape=list(arr.shape))
+    return dict(dtype=_dtype_name(t.dtype if isinstance(t, torch.Tensor) else arr.dtype), stored_dtype=_dtype_name(arr.dtype), shape=list(arr.shape))
 
 # %% ../nbs/10b_dumps.ipynb #f6e40f8f
 class _StagingPool:
@@ -211,6 +208,13 @@ class DumpWriter:
             if buf is not None: self.pool.release(buf)
 
 # %% ../nbs/10b_dumps.ipynb #43fa1001
+def _index_json(entries):
+    "The text of an `index.json`: one line per file, sorted by name. Plain values go straight to json's C encoder; others through `json_safe`."
+    def one(v):
+        try: return json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError): return json.dumps(json_safe(v), allow_nan=False)
+    return '{\n' + ',\n'.join(f'{json.dumps(k)}: {one(v)}' for k, v in sorted(entries.items())) + '\n}\n'
+
 @patch
 def flush(self:DumpWriter):
     "Wait until every queued tensor is written, then write each changed folder's `index.json`; raise if a write failed."
@@ -220,10 +224,10 @@ def flush(self:DumpWriter):
         written, self.written = self.written, []
         changed = set()
         for fn, info, meta in written:
-            fn = Path(fn)
-            self.index.setdefault(fn.parent, {})[fn.name] = {**info, **meta}
-            changed.add(fn.parent)
-        for folder in changed: write_json(folder/'index.json', dict(sorted(self.index[folder].items())), durable=False)
+            folder, name = os.path.split(fn)   # strings: hashing a Path costs microseconds
+            self.index.setdefault(folder, {})[name] = {**info, **meta}
+            changed.add(folder)
+        for folder in changed: atomic_write(os.path.join(folder, 'index.json'), _index_json(self.index[folder]))
         errors, self.errors = self.errors, []
     if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
 
@@ -307,6 +311,7 @@ class SavingHook:
         self.rank = _get_rank()
         self.tensor_dir, self.grad_dir = rank_dir(path, 'tensors', self.rank), rank_dir(path, 'grads', self.rank)
         self.tensor_dir.mkdir(parents=True, exist_ok=True); self.grad_dir.mkdir(parents=True, exist_ok=True)
+        self._dirs = str(self.tensor_dir), str(self.grad_dir)   # file names are joined as strings: a Path per file costs microseconds
         self.n_tensors = self.n_grads = 0
         self.micro_step, self.closed = -1, False
         self.writer = DumpWriter(buffer_mb, queue_size, background=background)
@@ -336,7 +341,7 @@ class SavingHook:
             if self.save_output_grads and t.requires_grad:
                 t.register_hook(partial(self._save_grad, cls, f'{t_name}.output_grad'))
             if not _limit_ok(self.n_tensors, self.max_saved_tensors): continue
-            fn = self.tensor_dir/dump_filename(self.n_tensors, cls, t_name, self.micro_step)
+            fn = os.path.join(self._dirs[0], dump_filename(self.n_tensors, cls, t_name, self.micro_step))
             self.writer.put(fn, t, idx=self.n_tensors, layer_class=cls, layer_name=t_name,
                             micro_step=self.micro_step, kind='output')
             self.n_tensors += 1
@@ -344,7 +349,7 @@ class SavingHook:
     def _save_grad(self, cls, name, grad):
         if self.closed or grad is None or not _limit_ok(self.n_grads, self.max_saved_grads): return
         kind = 'output_grad' if name.endswith('.output_grad') else 'param_grad'
-        fn = self.grad_dir/dump_filename(self.n_grads, cls, name, self.micro_step)
+        fn = os.path.join(self._dirs[1], dump_filename(self.n_grads, cls, name, self.micro_step))
         self.writer.put(fn, grad, idx=self.n_grads, layer_class=cls, layer_name=name,
                         micro_step=self.micro_step, kind=kind)
         self.n_grads += 1
