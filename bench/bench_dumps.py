@@ -1,13 +1,15 @@
 """Benchmarks for miniai.dumps.
 
-1. Saving: the training time that dumping adds, miniai's `register_saving_hook` (clone in the hook, background
-   writer thread) against the seed tool's way (`np.save` of `.cpu().numpy()` inside the hook, on the training thread).
+1. Saving: the training time that dumping adds, miniai's `register_saving_hook` (with a spare core: a copy in the hook
+   and a background writer thread; without: written in the hook) against the seed tool's way (`np.save` of `.cpu().numpy()` inside the hook, on the training thread).
    Baseline CNN, random batches, every Conv2d output and every parameter gradient saved (no limits).
 2. Comparing: `compare_dumps` on two folders of float32 dumps (~1 GB in all by default) against reading every
    file once with `np.load`; peak memory of the comparison measured in a fresh process.
 
 Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 30] [--bs 256] [--repeats 7] [--threads N] [--compare-mb 1024]
        [--compare-dtype float32|float64]
+       --interleaved: with no spare core, one training run whose steps take turns (no saving / np.save / miniai), the
+       estimator that this VM's file-system noise leaves usable (see `bench_interleaved`)
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
