@@ -207,21 +207,30 @@ _fused_sums = None
 def _fused_sums_loop(x, out):
     "One pass over float32 array `x`: `out[0:3]` = sum, sum of squares (float64), finite count; `out[3:5]` = min, max if `len(out) == 5`. Sums, min and max are NaN when `x` holds NaN/Inf (as torch's would be)."
     bits = x.view(np.int32)
-    n_fin, s, q = 0, 0.0, 0.0
+    s, q = 0.0, 0.0
     lo, hi = np.int32(0x7fffffff), np.int32(-0x7fffffff - 1)   # as integer keys: above / below every float
     minmax = out.size == 5
-    for i in range(x.size):
-        b = bits[i]
-        n_fin += (b & 0x7f800000) != 0x7f800000                 # exponent not all ones: finite
-        # no masking: when a value is NaN/Inf, the sums, min and max are reported as NaN anyway (below)
-        v = np.float64(x[i])
-        s += v
-        q += v * v
-        if minmax:
+    if minmax:
+        for i in range(x.size):
+            v = np.float64(x[i])
+            s += v
+            q += v * v
+            b = bits[i]
             key = b ^ ((b >> 31) & 0x7fffffff)                  # negative floats: magnitude bits flipped, so keys sort like floats
             lo = min(lo, key)
             hi = max(hi, key)
-    clean = n_fin == x.size
+    else:
+        for i in range(x.size):
+            v = np.float64(x[i])
+            s += v
+            q += v * v
+    # every value is finite exactly when q is: its terms are never negative, a NaN or Inf makes it NaN or +Inf, and
+    # finite float32 squares cannot overflow a float64 sum. So only a batch with NaN/Inf needs a pass to count them.
+    clean = np.isfinite(q)
+    n_fin = x.size
+    if not clean:
+        n_fin = 0
+        for i in range(x.size): n_fin += (bits[i] & 0x7f800000) != 0x7f800000   # exponent not all ones: finite
     out[0] = s if clean else np.nan
     out[1] = q if clean else np.nan
     out[2] = n_fin

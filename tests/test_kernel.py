@@ -3,7 +3,7 @@ reference in rational arithmetic: random tensors mixing huge, tiny, subnormal, N
 random batch splits. Counts must be exact; means and sums of squares within the rounding of the dtype they are summed in."""
 import math
 from fractions import Fraction
-import numpy as np, torch
+import numpy as np, torch, pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from miniai.kernel import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs, fused_kernel
 import miniai.kernel as K
@@ -191,6 +191,21 @@ def test_fused_sums_match_torch_and_numpy(x, minmax):
         s, q = a.sum(), (a * a).sum()   # float64: float32 values cannot overflow it
     assert abs(got[0].item() - s) <= 1e-12 * np.abs(a).sum() and abs(got[1].item() - q) <= 1e-12 * q
     if minmax: assert got[3:].tolist() == [a.min(), a.max()] == ref[3:].tolist()
+
+
+@pytest.mark.skipif(not K._HAVE_NUMBA, reason='numba is not installed')
+def test_fused_count_at_the_float32_extremes():
+    "The CPU loop counts NaN/Inf only when its float64 sum of squares is not finite: the largest float32 values keep it finite, and one Inf, -Inf or NaN among them is counted exactly."
+    big = np.finfo(np.float32).max
+    x = torch.tensor([big, -big] * 5000 + [1e-45, -1e-45, 0.], dtype=torch.float32)
+    with fused_kernel(True): r = K._raw_sums(x, minmax=True)
+    assert r[2].item() == x.numel() and torch.isfinite(r).all()
+    assert math.isclose(r[1].item(), 10000 * float(big) ** 2, rel_tol=1e-12) and abs(r[0].item()) <= 2e-45
+    assert r[3:].tolist() == [-float(big), float(big)]
+    for bad in (float('inf'), float('-inf'), float('nan')):
+        y = x.clone(); y[7] = bad; y[9] = bad
+        with fused_kernel(True): r = K._raw_sums(y, minmax=True)
+        assert r[2].item() == x.numel() - 2 and r[[0, 1, 3, 4]].isnan().all()
 
 
 def test_hooks_on_the_device_path_never_sync():
