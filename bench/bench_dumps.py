@@ -10,6 +10,7 @@ Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 30] [--bs 256]
        [--compare-dtype float32|float64]
        --interleaved: with no spare core, one training run whose steps take turns (no saving / np.save / miniai), the
        estimator that this VM's file-system noise leaves usable (see `bench_interleaved`)
+       --goals: both saving goals in one run (no spare core, interleaved; then a free core, whole runs)
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
@@ -127,6 +128,7 @@ def bench_saving(args, tmp, limits=(-1, -1)):
     d_all = med([m[1] - n[0] for m, n in zip(res['miniai'], res['none'])])
     print(f"median of {args.repeats} paired differences: added wall s, seed {d_seed:+.3f}, miniai {d_loop:+.3f} (loop), {d_all:+.3f} (+ flush); "
           f"seed / miniai: {ratio(d_seed, d_loop)} (training loop), {ratio(d_seed, d_all)} (including the final flush)")
+    return d_seed, d_all
 
 def create_cost(folder, n=40):
     "Microseconds to create an empty file in `folder` (ext4 on this VM: from 15 us to over 700 us, by the folder's block group)."
@@ -240,6 +242,7 @@ if __name__ == '__main__':
     p.add_argument('--skip-saving', action='store_true')
     p.add_argument('--interleaved', action='store_true', help='no spare core: one run, steps taking turns (see bench_interleaved)')
     p.add_argument('--limits-only', action='store_true', help='only the run with the default limits')
+    p.add_argument('--goals', action='store_true', help='both saving goals in one run: --interleaved with every core busy, then whole runs with a free core')
     p.add_argument('--skip-compare', action='store_true')
     p.add_argument('--compare-only', default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -247,7 +250,18 @@ if __name__ == '__main__':
     if args.threads: torch.set_num_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix='bench_dumps_')
     try:
-        if args.interleaved:
+        if args.goals:   # the two goals of issue #13, in one run
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+            torch.set_num_threads(cores)
+            busy = [bench_interleaved(args, tmp), bench_interleaved(args, tmp, limits=(50, 100))]
+            torch.set_num_threads(max(1, cores - 1))
+            free = [bench_saving(args, tmp), bench_saving(args, tmp, limits=(50, 100))]
+            print(f"## goals: np.save's added training time / miniai's, every step; default limits")
+            print(f"no spare core ({cores} torch threads, interleaved steps, goal >= 1): "
+                  + '; '.join(f'{a/b:.2f}x' for a, b in busy))
+            print(f"a free core ({max(1, cores - 1)} torch threads, whole runs, median of paired differences with the final flush, goal >= 2): "
+                  + '; '.join(f'{a/b:.2f}x' for a, b in free))
+        elif args.interleaved:
             if not args.limits_only: bench_interleaved(args, tmp)
             bench_interleaved(args, tmp, limits=(50, 100))
         elif not args.skip_saving:

@@ -8,8 +8,10 @@ time is divided by the same round's no-hook time; the table gives the median of 
 
 Usage (repo root):  .venv/bin/python bench/bench_statistics.py --rounds 7
                     .venv/bin/python bench/bench_statistics.py --micro      # per-tensor costs of the kernel's pieces
+                    .venv/bin/python bench/bench_statistics.py --paired 3   # one run, steps taking turns (the steadiest)
 """
 import argparse, json, random, statistics, time, warnings
+from types import SimpleNamespace
 import torch, torch.nn.functional as F
 from torch import nn
 from miniai.datasets import fashion_dls
@@ -97,6 +99,81 @@ def main_inside(rounds, names):
     for k in names: print(f'| {k} | {statistics.median(shares[k])*100:.2f}% | {min(shares[k])*100:.2f}-{max(shares[k])*100:.2f}% |')
 
 
+def _new_forward_hooks(model, register):
+    "Call `register()`; returns the forward hooks it added, as `(module, key, hook)`, so that they can be switched off and on."
+    before = {id(m): set(m._forward_hooks) for m in model.modules()}
+    out = register()
+    added = [(m, k, h) for m in model.modules() for k, h in m._forward_hooks.items() if k not in before[id(m)]]
+    return added, out
+
+def _switch(hooks, on):
+    "Put the hooks into their modules' forward-hook dicts, or take them out: a module with none takes PyTorch's fast path."
+    for m, k, h in hooks:
+        if on: m._forward_hooks[k] = h
+        else: m._forward_hooks.pop(k, None)
+
+
+def main_paired(epochs, names):
+    """ONE training run whose steps take turns: in each cycle, the same batch is trained once per configuration, in a
+    new random order, with only that configuration's hooks in the model's hook dicts (the others are taken out, so a
+    step without hooks is PyTorch's plain path). Each configuration's cost is the sum of its steps minus the same
+    cycles' steps without hooks, plus its final read of the statistics once per epoch; the ratio divides by the steps
+    without hooks. Slow drifts of the machine's speed hit every configuration alike, which whole epochs compared with
+    each other cannot promise. Batches are loaded before timing, so the denominator has no data loading in it and the
+    ratios are, if anything, higher than an epoch's."""
+    set_seed(1)
+    dls = fashion_dls(1024)
+    batches = list(dls.train)
+    model = baseline_cnn()
+    opt = torch.optim.SGD(model.parameters(), lr=0.6)
+    names = [k for k in names if CONFIGS[k] is not None]
+    hooks, readers = {}, {}
+    for k in names:
+        spec = CONFIGS[k]
+        if spec == 'astats':
+            cb = ActivationStats(nn.Conv2d)
+            def reg(cb=cb):
+                cb.before_fit(SimpleNamespace(model=model)); cb._training = True
+                return cb
+            hooks[k], cb = _new_forward_hooks(model, reg)
+            readers[k] = lambda cb=cb: [h.stats[0] for h in cb.hooks]
+        else:
+            hook = ActivationStatisticsHook(spec)
+            hooks[k], _ = _new_forward_hooks(model, lambda hook=hook: hook.attach(model, filter=nn.Conv2d))
+            readers[k] = hook.get_all_statistics
+        _switch(hooks[k], False)
+    order, rng = ['no hooks'] + names, random.Random(0)
+    times = {k: [] for k in order}
+    def step(xb, yb):
+        F.cross_entropy(model(xb), yb).backward()
+        opt.step(); opt.zero_grad()
+    for xb, yb in batches[:3]: step(xb, yb)   # warm-up: the allocator, the CPU loop's compilation, the sample tables
+    for k in names:
+        _switch(hooks[k], True)
+        for xb, yb in batches[:2]: step(xb, yb)
+        _switch(hooks[k], False)
+    for e in range(epochs):
+        for xb, yb in batches:
+            rng.shuffle(order)
+            for k in order:
+                if k != 'no hooks': _switch(hooks[k], True)
+                t0 = clock(); step(xb, yb); times[k].append(clock() - t0)
+                if k != 'no hooks': _switch(hooks[k], False)
+    reads = {}
+    for k in names:
+        t0 = clock(); readers[k](); reads[k] = clock() - t0
+    base = sum(times['no hooks'])
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} threads, {epochs} epoch(s) of {len(batches)} batches, each trained '
+          f'once per configuration in shuffled order; no-hook steps: {base:.2f} s in all, median {statistics.median(times["no hooks"])*1e3:.1f} ms')
+    print('| configuration (hooks on the five convolutions) | added per step, median (ms) | ratio to the steps without hooks, with one read per epoch | +- 2 SE |', flush=True)
+    print('|---|---|---|---|')
+    for k in names:
+        d = [a - b for a, b in zip(times[k], times['no hooks'])]
+        se = statistics.stdev(d) * len(d) ** 0.5 / base
+        print(f'| {k} | {statistics.median(d)*1e3:.2f} | {(base + sum(d) + reads[k]*epochs) / base:.3f}x | {2*se:.3f} |', flush=True)
+    print(json.dumps({k: [round(t * 1e3, 2) for t in v] for k, v in times.items()}))
+
+
 def quartiles(v): q = statistics.quantiles(v, n=4); return q[0], q[2]
 
 
@@ -167,6 +244,7 @@ if __name__ == '__main__':
     p.add_argument('--rounds', type=int, default=7)
     p.add_argument('--micro', action='store_true', help='only the per-tensor cost table')
     p.add_argument('--inside', action='store_true', help='the time spent inside the hooks, as a share of the rest of the epoch')
+    p.add_argument('--paired', type=int, default=0, metavar='EPOCHS', help='one training run whose steps take turns between the configurations (see main_paired)')
     p.add_argument('--configs', default=None, help='comma-separated indices into CONFIGS (default: all); 0 is always run')
     p.add_argument('--clock', choices=['wall', 'cpu'], default='wall',
                    help="wall: elapsed time; cpu: this process's CPU time, which a VM's stolen time and other jobs disturb less")
@@ -178,4 +256,5 @@ if __name__ == '__main__':
         warnings.simplefilter('ignore')
         if args.micro: micro()
         elif args.inside: main_inside(args.rounds, names)
+        elif args.paired: main_paired(args.paired, names)
         else: main_epochs(args.rounds, names)

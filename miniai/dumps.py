@@ -208,12 +208,15 @@ class DumpWriter:
             if buf is not None: self.pool.release(buf)
 
 # %% ../nbs/10b_dumps.ipynb #43fa1001
+_encoder = json.JSONEncoder(allow_nan=False)
+
 def _index_json(entries):
-    "The text of an `index.json`: one line per file, sorted by name. Plain values go straight to json's C encoder; others through `json_safe`."
-    def one(v):
-        try: return json.dumps(v, allow_nan=False)
-        except (TypeError, ValueError): return json.dumps(json_safe(v), allow_nan=False)
-    return '{\n' + ',\n'.join(f'{json.dumps(k)}: {one(v)}' for k, v in sorted(entries.items())) + '\n}\n'
+    "The text of an `index.json`: one line per file, sorted by name. Plain values go through json's C encoder in one call; others through `json_safe`."
+    index = dict(sorted(entries.items()))
+    try: text = _encoder.encode(index)
+    except (TypeError, ValueError): text = _encoder.encode(json_safe(index))
+    # `}, "` ends one file's entry: inside a JSON string a quote is always escaped, so a break there keeps the JSON valid
+    return '{\n' + text[1:-1].replace('}, "', '},\n"') + '\n}\n'
 
 @patch
 def flush(self:DumpWriter):
