@@ -16,7 +16,7 @@ import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
 from fastprogress import progress_bar
-from .core import atomic_write, json_safe, to_host
+from .core import _NOFOLLOW, atomic_write, json_safe, to_host
 from .kernel import moments
 
 # %% auto #0
@@ -60,7 +60,6 @@ def rank_dir(path, kind='tensors', rank=None) -> Path:
     return Path(path)/kind/f'rank_{_get_rank() if rank is None else int(rank)}'
 
 # %% ../nbs/10b_dumps.ipynb #53291cc3
-_NOFOLLOW = getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_BINARY', 0)
 _headers, _dtype_names = {}, {}
 
 def _npy_header(arr):

@@ -210,20 +210,15 @@ def _fused_sums_loop(x, out):
     s, q = 0.0, 0.0
     lo, hi = np.int32(0x7fffffff), np.int32(-0x7fffffff - 1)   # as integer keys: above / below every float
     minmax = out.size == 5
-    if minmax:
-        for i in range(x.size):
-            v = np.float64(x[i])
-            s += v
-            q += v * v
+    for i in range(x.size):
+        v = np.float64(x[i])
+        s += v
+        q += v * v
+        if minmax:                                              # loop-invariant: the compiler makes two loops of this one
             b = bits[i]
             key = b ^ ((b >> 31) & 0x7fffffff)                  # negative floats: magnitude bits flipped, so keys sort like floats
             lo = min(lo, key)
             hi = max(hi, key)
-    else:
-        for i in range(x.size):
-            v = np.float64(x[i])
-            s += v
-            q += v * v
     # every value is finite exactly when q is: its terms are never negative, a NaN or Inf makes it NaN or +Inf, and
     # finite float32 squares cannot overflow a float64 sum. So only a batch with NaN/Inf needs a pass to count them.
     clean = np.isfinite(q)
