@@ -18,9 +18,8 @@ Two modes:
                     --rounds epochs per configuration.
   --mode kernel     the recorders alone, on the five real activations of one training batch, interleaved with training
                     steps of the same model: per round, one training step (forward + backward + SGD step, no hooks), the
-                    five `StatsRecorder.record` calls of the current kernel, and the same calls of the previous kernel
-                    (`StatsRecorder` of commit PREV_COMMIT, loaded with git: no exact NaN/Inf count), each timed per call
-                    over blocks of 16 calls (one flush each), median of 5 blocks; the step as the median of 20.
+                    five `Recorder.record` calls, and one read of the same activations (`x.sum()`, the floor), each
+                    the median of 20; the step as the median of 20.
                     Shares are (kernel time / training step time) per round, median over rounds: a load on the machine
                     slows all three alike, which whole-epoch timings on this VM cannot separate.
   --mode epoch      whole epochs (59 training batches + validation), each configuration once per round, in a new
@@ -35,7 +34,7 @@ from torch import nn
 from miniai.datasets import fashion_dls
 from miniai.learner import Learner, Callback, TrainCB, baseline_cnn, set_seed, to_cpu
 from miniai.activations import ActivationStats, HooksCallback
-from miniai.kernel import moments
+from miniai.kernel import batch_moments
 
 
 clock = time.perf_counter   # --clock cpu: time.process_time, the CPU time of this process (all its threads)
@@ -48,7 +47,7 @@ def course_stats(hook, mod, inp, outp):
 
 def histc_stats(hook, mod, inp, outp):
     if not hasattr(hook, 'buf'): hook.buf = []
-    hook.buf.append((moments(outp, minmax=False), outp.detach().abs().histc(40, 0, 10)))
+    hook.buf.append((batch_moments(outp), outp.detach().abs().histc(40, 0, 10)))
 
 def make_cb(kind):
     conv = fc.risinstance(nn.Conv2d)
@@ -81,20 +80,9 @@ def fit_time(dls, kind, alternate=False):
     t2 = clock()
     return (alt.times, t2 - t1) if alternate else t2 - t0
 
-PREV_COMMIT = 'dc00c63'   # the last commit before the exact NaN/Inf count
-
-def _previous_recorder_class():
-    "`StatsRecorder` as it was at PREV_COMMIT, loaded from git into a scratch module (None without git)."
-    import subprocess, types
-    try: src = subprocess.run(['git', 'show', f'{PREV_COMMIT}:miniai/activations.py'], capture_output=True, text=True, check=True).stdout
-    except Exception: return None
-    src = src.replace('from .datasets import *', 'from miniai.datasets import *').replace('from .learner import *', 'from miniai.learner import *')
-    mod = types.ModuleType('previous_activations'); exec(compile(src, 'previous_activations', 'exec'), mod.__dict__)
-    return mod.StatsRecorder
-
 def run_kernel(dls, rounds, reps=20):
-    from miniai.kernel import StatsRecorder, _as_float, _sample
-    import random as _random
+    "The recorders alone on the five activations of one training batch, against one training step (interleaved)."
+    from miniai.kernel import Recorder
     set_seed(1)
     model = baseline_cnn()
     xb, yb = next(iter(dls.train))
@@ -105,38 +93,22 @@ def run_kernel(dls, rounds, reps=20):
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     def step():
         loss = F.cross_entropy(model(xb), yb); loss.backward(); opt.step(); opt.zero_grad()
-    recs = [StatsRecorder(seed=i) for i in range(len(acts))]
-    rng = _random.Random(0)
-    def current():
+    recs = [Recorder(seed=i) for i in range(len(acts))]
+    def record():
         for r, a in zip(recs, acts): r.record(a)
-    prev = _previous_recorder_class()
-    prev_recs = [prev(seed=i) for i in range(len(acts))] if prev else None
-    def previous():   # the kernel of commit PREV_COMMIT (no exact NaN/Inf count): same calls on the same activations
-        for r, a in zip(prev_recs, acts): r.record(a)
+    def one_read():
+        for a in acts: a.sum()
     def med(f):
         ts = []
         for _ in range(reps):
             t0 = clock(); f(); ts.append(clock() - t0)
         return statistics.median(ts)
-    def per_call(f, block=16, reps=5):   # blocks of 16 calls, so that each holds one flush
-        ts = []
-        for _ in range(reps):
-            t0 = clock()
-            for _ in range(block): f()
-            ts.append((clock() - t0) / block)
-        return statistics.median(ts)
-    for f in (step, current, previous): med(f)   # warm-up
-    rows = []
-    for r in range(rounds):
-        t_step, t_cur, t_prev = med(step), per_call(current), per_call(previous)
-        rows.append((t_step, t_cur, t_prev))
-    for rec in recs: rec.means   # the final read works
+    for f in (step, record, one_read): med(f)   # warm-up
+    rows = [(med(step), med(record), med(one_read)) for _ in range(rounds)]
     step_ms = statistics.median(r[0] for r in rows) * 1e3
-    cur = [r[1] / r[0] for r in rows]; prev = [r[2] / r[0] for r in rows]
     print(f"training step (no hooks): {step_ms:.2f} ms median; activations: {sum(a.numel() for a in acts)/1e6:.2f}M values in {len(acts)} layers")
-    print(f"current kernel (record x5, flush amortised): {statistics.median(r[1] for r in rows)*1e3:.3f} ms = {statistics.median(cur)*100:.2f}% of a step")
-    print(f"previous kernel ({PREV_COMMIT}, no exact count): {statistics.median(r[2] for r in rows)*1e3:.3f} ms = {statistics.median(prev)*100:.2f}% of a step")
-    print(f"current / previous: {statistics.median(c/p for c, p in zip(cur, prev)):.2f}x")
+    print(f"Recorder.record x5: {statistics.median(r[1] for r in rows)*1e3:.3f} ms = {statistics.median(r[1]/r[0] for r in rows)*100:.2f}% of a step")
+    print(f"one read (x.sum) x5, the floor: {statistics.median(r[2] for r in rows)*1e3:.3f} ms = {statistics.median(r[2]/r[0] for r in rows)*100:.2f}% of a step")
 
 def quartiles(v): q = statistics.quantiles(v, n=4); return q[0], q[2]
 

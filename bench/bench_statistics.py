@@ -202,33 +202,31 @@ def main_epochs(rounds, names):
 
 def micro(reps=15):
     "Cost of the kernel's pieces on one tensor (the first convolution's output, 1.6M float32 values), in ms."
-    from miniai.kernel import moments, count_finite, _raw_batch, _raw_sums, fused_kernel, _rng, QuantileSketch, RunningStats
-    def torch_ops(minmax):
-        def f(x):
-            with fused_kernel(False): return _raw_sums(x, minmax)
-        return f
-    _raw_sums(torch.ones(10))   # compile the CPU loop before timing it
-    cases = {'x.clone() (one read + one write)': lambda x: x.clone(),
-             '_raw_sums(x): count, sum, sum of squares; CPU loop (numba)': lambda x: _raw_sums(x),
-             'the same with torch ops (sum, dot, 1 + 0*x, nansum)': torch_ops(False),
-             '_raw_sums(x, minmax=True): and min, max; CPU loop': lambda x: _raw_sums(x, True),
-             'the same with torch ops (+ aminmax)': torch_ops(True),
-             'x.sum()': lambda x: x.sum(), 'torch.dot(x, x)': lambda x: torch.dot(x, x),
-             'torch.aminmax(x)': lambda x: torch.aminmax(x), 'count_finite(x)': count_finite,
-             'hot path (_raw_batch: the above + a 16K sample)': lambda x: _raw_batch(x, 16384, _rng),
-             'RunningStats.record (amortised flush of 16)': None,
-             'moments(x, precise=True) (exact=True)': lambda x: moments(x, precise=True),
+    from miniai.kernel import batch_moments, sample_bins, fused_kernel, Recorder, _sample_table, _RUN
+    from miniai.sketch import QuantileSketch, SketchRecorder
+    def torch_ops(x):
+        with fused_kernel(False): return batch_moments(x)
+    batch_moments(torch.ones(10)); sample_bins(torch.ones(10))   # compile the CPU loops before timing them
+    n = 1024 * 8 * 14 * 14
+    idx = _sample_table(n, 16384, 'cpu', _RUN)[0]
+    cases = {'x.clone() (one read + one write)': lambda x: x.clone(), 'x.sum() (one read)': lambda x: x.sum(),
+             'batch_moments(x, zeros=False): every number, CPU loops': lambda x: batch_moments(x, zeros=False),
+             'batch_moments(x): and the zero count': lambda x: batch_moments(x),
+             'the same with torch ops (what a GPU runs)': torch_ops,
+             'sample_bins: the 16K-value histogram sample': lambda x: sample_bins(x, idx=idx, run=_RUN),
+             'Recorder.record (lesson 10: the two above)': None,
+             'SketchRecorder().record (run-wide: folded moments, sketch flush amortised)': None,
              'QuantileSketch.batch_counts(x) (exact=True)': lambda x: QuantileSketch.batch_counts(x)}
     g = torch.Generator().manual_seed(0)
-    xs = [torch.randn(1024 * 8 * 14 * 14, generator=g) for _ in range(16)]   # 103 MB: each read comes from memory, as in training
+    xs = [torch.randn(n, generator=g) for _ in range(16)]   # 103 MB: each read comes from memory, as in training
     times = {k: [] for k in cases}
     for _ in range(reps):
         for k, f in cases.items():
             if f is None:
-                rs = RunningStats()
+                rec = Recorder() if 'lesson 10' in k else SketchRecorder()
                 t0 = clock()
-                for x in xs: rs.record(x)
-                rs.flush()
+                for x in xs: rec.record(x)
+                if rec.fold: rec.flush()
                 times[k].append((clock() - t0) / len(xs))
             else:
                 t0 = clock()

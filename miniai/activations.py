@@ -30,7 +30,7 @@ _all_ = ['Hook', 'Hooks', 'HooksCallback']
 # %% ../nbs/10_activations.ipynb #ad91733e
 def _recorder(hook, key):
     rec = hook.recorders.get(key)
-    if rec is None: rec = hook.recorders[key] = StatsRecorder(**getattr(hook, 'rec_kwargs', {}))
+    if rec is None: rec = hook.recorders[key] = Recorder(**getattr(hook, 'rec_kwargs', {}))
     return rec
 
 class RecordedStats:
@@ -46,7 +46,7 @@ class RecordedStats:
     def __repr__(self): return f"RecordedStats({self.hook.name})"
 
 def main_recorder(h):
-    "The `StatsRecorder` of hook `h`'s first output, or None when it recorded nothing."
+    "The `Recorder` of hook `h`'s first output, or None when it recorded nothing."
     rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
     return rec if rec is not None and len(rec) else None
 
@@ -73,8 +73,10 @@ def get_hist(h):
     return torch.stack(list(h.stats[2])).t().float().log1p()
 
 def get_min(h):
-    "Fraction of each batch's values in the lowest histogram bin (|x| < 0.25 by default); 0 for an empty batch."
-    h1 = torch.stack(list(h.stats[2])).t().float()
+    "Fraction of each batch's finite values in the lowest histogram bin (|x| < 0.25 by default), exact; 0 for a batch without finite values."
+    rec = main_recorder(h)
+    if rec is not None: return rec.dead.nan_to_num(0.).float()      # the exact count over the exact count
+    h1 = torch.stack(list(h.stats[2])).t().float()                   # a course-style hook's histograms
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
@@ -169,21 +171,15 @@ def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., de
     for h in self:
         rec = main_recorder(h)
         if rec is None:
-            row = dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0,
-                       estimated=False, mean_err=0., std_err=0.)
+            row = dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0)
             found = [_finding(h.name, 'not recorded', None, None)]
             found += [_finding(h.name, 'skipped', r, None, output=k) for k, r in getattr(h, 'skipped', {}).items()]
         else:
             k = max(1, int(round(len(rec) * tail)))
-            hists = rec.hists[-k:]
-            total = hists.sum(1)
-            has = total > 0                       # batches with finite values
-            err = rec.errors
-            def avg(v): return v[-k:][has].double().mean().item() if has.any() else math.nan
-            row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds),
-                       dead=avg(hists[:, 0] / total.clamp(min=1e-12)), saturated=avg(hists[:, -1] / total.clamp(min=1e-12)),
-                       nonfinite=int(rec.nonfinite.sum()), estimated=bool(rec.estimated[-k:].any()),
-                       mean_err=avg(err['mean']), std_err=avg(err['std']))
+            has = rec.moments.count[-k:] > 0      # batches with finite values
+            def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
+            row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated),
+                       nonfinite=int(rec.nonfinite.sum()))
             found = _layer_findings(row, bool(has.any()), vanish_std, explode_std, dead_frac, sat_frac)
         row['findings'] = found
         row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
@@ -192,14 +188,10 @@ def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., de
 
 # %% ../nbs/10_activations.ipynb #2764b131
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table; estimated means and stds are shown as `~value`, with their bound below the table."
+    "The rows of `diagnose` as a fixed-width text table."
     lines = [f"{'layer':<14}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
-    notes = []
-    def num(v, est): return ('~' if est else '') + (f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}')
+    def num(v): return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
     for r in rows:
-        # estimated, and with a bound: a layer with no finite values has neither an estimate nor a bound
-        est = r.get('estimated', False) and math.isfinite(r['mean_err']) and math.isfinite(r['std_err'])
-        lines.append(f"{r['layer']:<14}{num(r['mean'], est):>10}{num(r['std'], est):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
+        lines.append(f"{r['layer']:<14}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
                      f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
-        if est: notes.append(f"~ {r['layer']}: estimated from a 16K sample, mean ±{r['mean_err']:.3g}, std ±{r['std_err']:.3g} (3 standard errors)")
-    return '\n'.join(lines + notes)
+    return '\n'.join(lines)

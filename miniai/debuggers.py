@@ -21,7 +21,7 @@ from .core import apply, atomic_write, json_safe, json_restore, write_json
 from .core import to_host as _to_host
 from .learner import Callback
 from .hooks import Hook, LayerNotFoundError, select_modules
-from .kernel import moments, _row_moments
+from .kernel import Moments, batch_moments, row_moments, pow2_scale
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
 
 # %% auto #0
@@ -143,14 +143,14 @@ def as_float(x):
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 def _moment_stats(m):
-    "Mean, unbiased std, min, max and the NaN/Inf count from a `moments` vector `m`, as device tensors (NaN when undefined)."
-    n, nan = m[0], torch.full((), math.nan, dtype=m.dtype, device=m.device)
-    return {'mean': torch.where(n > 0, m[2], nan), 'std': torch.where(n > 1, (m[3] / (n-1).clamp(min=1)).sqrt(), nan),
-            'min': torch.where(n > 0, m[4], nan), 'max': torch.where(n > 0, m[5], nan), 'nonfinite': m[1].long()}
+    "Mean, unbiased std, min, max and the NaN/Inf count of the finite values from `Moments` `m` (one row, or one per row), as device tensors (NaN when undefined)."
+    has = m.count > 0
+    return {'mean': torch.where(has, m.mean, math.nan), 'std': m.std,
+            'min': torch.where(has, m.min, math.nan), 'max': torch.where(has, m.max, math.nan), 'nonfinite': m.nonfinite.long()}
 
 def moment_stats(x):
-    "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from `moments` (NaN when undefined)."
-    return _moment_stats(moments(as_float(x)))
+    "Mean, std (unbiased), min, max of the finite values of `x` and the number of NaN/Inf, as device tensors from the kernel's `batch_moments` (NaN when undefined)."
+    return _moment_stats(batch_moments(as_float(x)))
 
 # %% ../nbs/10c_debuggers.ipynb #9c3be52a
 def nonfinite_finding(layer, nonfinite, numel):
@@ -224,12 +224,17 @@ def channel_dims(x):
     return None
 
 def finite_mean_std(x, dims):
-    "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), from the kernel's exact per-row moments, on `x`'s device."
+    "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), from exact per-row `Moments`, on `x`'s device."
     keep = [d for d in range(x.ndim) if d not in dims]
     shape = [x.shape[d] for d in keep]
-    m = _row_moments(x.permute(*keep, *dims).reshape(math.prod(shape), -1))
-    stats = _moment_stats(m.T)   # one statistic per row of `m`
+    stats = _moment_stats(row_moments(x.permute(*keep, *dims).reshape(math.prod(shape), -1), zeros=False))   # one row per channel
     return stats['mean'].reshape(shape), stats['std'].reshape(shape)
+
+def _l2_norm(m):
+    "Euclidean norm of the finite values from their `Moments` `m`: the sum of squares is m2 + n mean^2, taken in a power-of-two scale so that mean^2 cannot overflow."
+    s = pow2_scale(torch.maximum(m.min.abs(), m.max.abs()))   # 1 when there are no finite values
+    ms = m.mean * s
+    return (m.m2 * s * s + m.count * ms * ms).sqrt() / s
 
 
 # %% ../nbs/10c_debuggers.ipynb #78e32d03
@@ -241,11 +246,11 @@ class ActivationStatsDebugger(ForwardDebugger):
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x = as_float(output)
-        m = moments(x, precise=True)                               # [n, n_nonfinite, mean, m2, min, max] of the finite values
-        n, mean_abs = m[0], moments(x.abs(), precise=True, minmax=False)[2]
+        m = batch_moments(x)                                       # counts, mean, m2, min, max of the finite values, and the zeros
+        mean_abs = batch_moments(x.abs(), zeros=False).mean       # mean |x| of the finite values
         stats = {'shape': list(x.shape), **_moment_stats(m),
-                 'l1_norm': torch.where(n > 0, mean_abs, math.nan), 'l2_norm': (m[3] + n * m[2]**2).sqrt(),   # the sum of squares is m2 + n mean^2
-                 'sparsity': (x == 0).float().mean(), 'positive_ratio': (x > 0).float().mean(),
+                 'l1_norm': torch.where(m.count > 0, mean_abs, math.nan), 'l2_norm': _l2_norm(m),
+                 'sparsity': m.zeros / m.numel, 'positive_ratio': (x > 0).float().mean(),
                  'saturation_low': (x <= self.sat_low).float().mean(), 'saturation_high': (x >= self.sat_high).float().mean()}
         dims = channel_dims(x)
         if dims is not None:

@@ -13,9 +13,10 @@ from torch.nn.parallel import DistributedDataParallel
 from .learner import Callback
 from .datasets import DataLoaders
 from .activations import ActivationStats
+from .kernel import Recorder, Moments, FIELDS
 
 # %% auto #0
-__all__ = ['world_size', 'rank', 'StridedSampler', 'DistributedCB', 'MergedRecorder', 'merge_recorded', 'sync_activation_stats']
+__all__ = ['world_size', 'rank', 'StridedSampler', 'DistributedCB', 'merge_recorded', 'sync_activation_stats']
 
 # %% ../nbs/13_distributed.ipynb #dc3749d0
 def world_size():
@@ -94,57 +95,36 @@ class DistributedCB(Callback):
             dist.destroy_process_group()
 
 # %% ../nbs/13_distributed.ipynb #70785ef8
-class MergedRecorder:
-    "Per-batch statistics combined from several ranks' recorders: what `StatsRecorder` offers for reading (`moms`, `hists`, `means`, `stds`, `nonfinite`, `estimated`, `errors`, `stats`)."
-    def __init__(self, moms, hists, estimated, mean_err, std_err, exact, sample):
-        self.moms, self.hists, self.estimated, self.exact, self.sample = moms, hists, estimated, exact, sample
-        self._errors = dict(mean=mean_err.float(), std=std_err.float())
-    def __len__(self): return len(self.moms)
-    @property
-    def numels(self): return self.moms[:, 0] + self.moms[:, 1]
-    @property
-    def means(self): return torch.where(self.moms[:, 0] > 0, self.moms[:, 2], math.nan).float()
-    @property
-    def stds(self):
-        m = self.moms
-        return torch.where(m[:, 0] > 1, (m[:, 3] / (m[:, 0]-1).clamp(min=1)).sqrt(), math.nan).float()
-    @property
-    def nonfinite(self): return self.moms[:, 1].long()
-    @property
-    def errors(self): return self._errors
-    @property
-    def stats(self): return (self.means, self.stds, list(self.hists))
+def _packed(rec, device=None):
+    "A recorder's per-batch statistics as one float64 tensor: each row the batch's `Moments` fields, then its raw sample bins."
+    t = torch.cat([torch.stack(rec._rows).double(), torch.stack(rec._raw).double()], 1)
+    return t if device is None else t.to(device)
 
-def merge_recorded(parts, exact=False, sample=None):
-    "Merge the per-batch statistics `parts` of several ranks, each a dict of `moms` [B,4], `hists` [B,k], `estimated`, `mean_err`, `std_err` [B]."
-    moms = torch.stack([p['moms'].double() for p in parts])           # [R, B, 4]: n, n_nonfinite, mean, m2
-    n_r, mean_r = moms[..., 0], torch.where(moms[..., 0] > 0, moms[..., 2], 0.)
-    n = n_r.sum(0)
-    mean = (n_r * mean_r).sum(0) / n.clamp(min=1)
-    d = mean_r - mean
-    m2 = moms[..., 3].nan_to_num(0.).sum(0) + (n_r * d * d).sum(0)   # Chan: within-rank plus between-rank sums of squares
-    merged = torch.stack([n, moms[..., 1].sum(0), mean, m2], 1)
-    me = torch.stack([p['mean_err'].double() for p in parts]); se = torch.stack([p['std_err'].double() for p in parts])
-    mean_err = (n_r * me).sum(0) / n.clamp(min=1)
-    # variance error: each rank's (std_err -> var_err = 2*std*std_err), plus what the mean errors do to the between-rank term
-    var_r = torch.where(n_r > 1, moms[..., 3] / (n_r - 1).clamp(min=1), 0.)
-    var_err_r = 2 * var_r.sqrt() * se
-    dof = (n - 1).clamp(min=1)
-    var_err = ((n_r - 1).clamp(min=0) * var_err_r).sum(0) / dof + (n_r * (2*d.abs() + me + mean_err) * (me + mean_err)).sum(0) / dof
-    var = m2 / dof
-    std_err = torch.where(var > 0, var_err / (2*var.clamp(min=1e-300).sqrt()), var_err.sqrt())
-    est = torch.stack([p['estimated'] for p in parts]).any(0)
-    hists = torch.stack([p['hists'].double() for p in parts]).sum(0)
-    return MergedRecorder(merged, hists.float(), est, mean_err, std_err, exact, sample)
+def _unpack(rec, per_rank):
+    "Set `rec`'s per-batch statistics to the merge of `per_rank` (`[ranks, batches, cols]`, each as `_packed` made it)."
+    nf = len(FIELDS)
+    dev = rec._rows[0].device
+    rows = Moments(per_rank[..., :nf]).fold(0).t.to(dev)          # the one merge: Chan's formula over the ranks
+    raw = per_rank[..., nf:].sum(0).long().to(dev)                  # sample bins add
+    rec._rows, rec._raw, rec._cache = list(rows.unbind(0)), list(raw.unbind(0)), None
+
+def merge_recorded(recs):
+    "A new per-batch `Recorder` holding, for each batch, the statistics of all of `recs` together (recorders of ranks or micro-batches that saw parts of the same batches)."
+    lens = [len(r) for r in recs]
+    if len(set(lens)) != 1: raise ValueError(f"merge_recorded: the recorders hold different numbers of batches: {lens}")
+    r0 = recs[0]
+    res = Recorder(r0.bins, r0.hi, r0.sample, r0.exact, seed=r0.seed)
+    res._rows, res._raw, res.n_batches = list(r0._rows), list(r0._raw), r0.n_batches
+    if lens[0]: _unpack(res, torch.stack([_packed(r) for r in recs]))
+    return res
 
 # %% ../nbs/13_distributed.ipynb #dd81e853
 def sync_activation_stats(astats, group=None):
     "Replace each hook's recorders in `astats` by the merge of every rank's (two `all_gather`s: the batch counts, checked, then everything in one packed tensor); returns the number of recorders merged."
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return 0
     recs = [(h, k, r) for h in astats for k, r in getattr(h, 'recorders', {}).items()]
-    # each recorder packed as rows of [n, n_nonfinite, mean, m2, estimated, mean_err, std_err, hist...]
-    blocks = [torch.cat([r.moms.double(), r.estimated.double()[:, None], r.errors['mean'].double()[:, None],
-                         r.errors['std'].double()[:, None], r.hists.double()], 1) for _, _, r in recs]
+    dev = 'cpu' if dist.get_backend(group) == 'gloo' else None
+    blocks = [_packed(r, dev) for _, _, r in recs]      # per batch: the `Moments` row, then the raw sample bins
     shapes = [tuple(b.shape) for b in blocks]
     sizes = torch.tensor([float(s[0]) for s in shapes], dtype=torch.float64)
     world = dist.get_world_size(group)
@@ -157,8 +137,7 @@ def sync_activation_stats(astats, group=None):
     dist.all_gather(parts, flat, group=group)
     offset = 0
     for (h, k, r), (rows, cols) in zip(recs, shapes):
-        per_rank = [p[offset:offset + rows*cols].view(rows, cols) for p in parts]
+        per_rank = torch.stack([p[offset:offset + rows*cols].view(rows, cols) for p in parts])
         offset += rows*cols
-        h.recorders[k] = merge_recorded([dict(moms=b[:, :4], estimated=b[:, 4] > 0, mean_err=b[:, 5], std_err=b[:, 6], hists=b[:, 7:])
-                                         for b in per_rank], exact=getattr(r, 'exact', False), sample=getattr(r, 'sample', None))
+        _unpack(r, per_rank)
     return len(recs)

@@ -17,7 +17,7 @@ from fastcore.basics import patch
 from torch import nn
 from fastprogress import progress_bar
 from .core import _NOFOLLOW, atomic_write, json_safe, to_host
-from .kernel import moments
+from .kernel import Moments, batch_moments
 
 # %% auto #0
 __all__ = ['TargetClassWarning', 'SavingHook', 'register_saving_hook', 'register_hook', 'dump_index', 'load_dump',
@@ -423,17 +423,25 @@ def _dot(x, y):
     "Float64 dot product of 1-d arrays; `einsum`, because BLAS threads are slow to wake up for one vector."
     return float(np.einsum('i,i->', x, y))
 
-def _finite_moments(x):
-    "(n_finite, n_nan, n_inf, mean, m2) of the finite values of float64 array `x`, from `miniai.kernel.moments` (exact counts, two-pass m2)."
-    n, bad, mean, m2 = moments(torch.from_numpy(x), precise=True, minmax=False)[:4].tolist()
-    n_nan = int(np.count_nonzero(np.isnan(x)))
-    return int(n), n_nan, int(bad) - n_nan, (mean if n else 0.), (m2 if n else 0.)
+def _first_finite(v):
+    "The first finite value of 1-d array `v` as a float, or None when there is none."
+    if v.size and math.isfinite(v[0]): return float(v[0])
+    idx = np.flatnonzero(np.isfinite(v))
+    return float(v[idx[0]]) if idx.size else None
 
-def _merge(n, mean, m2, nx, mx, m2x):
-    "Chan's merge of running (n, mean, m2) with a chunk's (nx, mx, m2x)."
-    if nx == 0: return n, mean, m2
-    tot = n + nx; delta = mx - mean
-    return tot, mean + delta*nx/tot, m2 + m2x + delta*delta*n*nx/tot
+def _chunk_moments(x, s=1., shift=0., buf=None):
+    "The kernel's `Moments` of float64 chunk `x` times `s` minus `shift` (NaN and Inf stay what they are), computed in `buf` when `s` or `shift` asks for a copy."
+    if s != 1.: x = np.multiply(x, s, out=buf)
+    if shift: x = np.subtract(x, shift, out=buf)
+    return batch_moments(torch.from_numpy(x), zeros=False)
+
+def _finite_stats(rows, s=1., shift=0.):
+    "(mean, std, var, n_nan, n_inf) of the finite values (population std and variance) from the chunks' `Moments` `rows` of values times `s` minus `shift`, folded into one."
+    m = (Moments.stack(rows).fold() if rows else Moments.empty()).to_dict()
+    n, nan = m['count'], math.nan
+    if not n: return nan, nan, nan, m['nan'], m['posinf'] + m['neginf']
+    return (shift + m['mean'])/s, math.sqrt(m['m2']/n)/s, m['m2']/n/s/s, m['nan'], m['posinf'] + m['neginf']
+
 
 # %% ../nbs/10b_dumps.ipynb #f4d46d8d
 def _cosine(dot, sq_a, sq_b):
@@ -480,9 +488,10 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     maxima = _max_abs_finite(a, b, chunk_size) if wide else [0.]*4
     sa, sb, ca, cb = map(_pow2_scale, maxima)   # moments: A's and B's own scale; cosine: over the positions finite in both
     se = min(ca, cb)                            # sum of squared errors: one scale for both
-    na = nb = 0; mean_a = mean_b = m2a = m2b = 0.
+    centre = max(a.dtype.itemsize, b.dtype.itemsize) > 4   # 53-bit values: moments around a value of the data, so a huge mean keeps the spread's digits
+    rows_a, rows_b, shift_a, shift_b = [], [], None, None
     dot = sq_a = sq_b = sq_a_err = sq_err = max_err = max_abs_a = max_err_s = max_a_s = 0.
-    nan_a = inf_a = nan_b = inf_b = nan_mis = inf_mis = n_both = 0
+    nan_mis = inf_mis = n_both = 0
     size = min(chunk_size, a.size)
     buf_x, buf_y, buf_d = np.empty(size), np.empty(size), np.empty(size)   # reused: no allocation per chunk
     def scaled(v, s): return v if s == 1. else v*s
@@ -491,20 +500,12 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
         m = chunk_a.size
         x, y, d = buf_x[:m], buf_y[:m], buf_d[:m]
         np.copyto(x, chunk_a, casting='unsafe'); np.copyto(y, chunk_b, casting='unsafe')
-        sum_x, sum_y = float(scaled(x, sa).sum()), float(scaled(y, sb).sum())
-        if math.isfinite(sum_x) and math.isfinite(sum_y):   # a NaN or Inf would make its sum non-finite
-            mx, my = sum_x/m, sum_y/m
-            np.subtract(scaled(x, sa), mx, out=d); m2x = _dot(d, d)
-            np.subtract(scaled(y, sb), my, out=d); m2y = _dot(d, d)
-            na, mean_a, m2a = _merge(na, mean_a, m2a, m, mx, m2x)
-            nb, mean_b, m2b = _merge(nb, mean_b, m2b, m, my, m2y)
-        else:
-            # the statistics kernel: exact NaN/Inf counts, and moments of the finite values (in A's and B's own scale)
-            nx, nan_x_n, inf_x_n, mx, m2x = _finite_moments(scaled(x, sa))
-            ny, nan_y_n, inf_y_n, my, m2y = _finite_moments(scaled(y, sb))
-            nan_a += nan_x_n; inf_a += inf_x_n; nan_b += nan_y_n; inf_b += inf_y_n
-            na, mean_a, m2a = _merge(na, mean_a, m2a, nx, mx, m2x)
-            nb, mean_b, m2b = _merge(nb, mean_b, m2b, ny, my, m2y)
+        if centre and shift_a is None and (v := _first_finite(x)) is not None: shift_a = v*sa
+        if centre and shift_b is None and (v := _first_finite(y)) is not None: shift_b = v*sb
+        # the statistics kernel: exact NaN/Inf counts and the moments of the finite values (in A's and B's own scale; `d` is free here)
+        mx, my = _chunk_moments(x, sa, shift_a or 0., d), _chunk_moments(y, sb, shift_b or 0., d)
+        rows_a.append(mx); rows_b.append(my)
+        if mx.nonfinite.item() or my.nonfinite.item():
             fin_x, fin_y = np.isfinite(x), np.isfinite(y)   # positions: where each run has NaN or Inf
             nan_x, nan_y = np.isnan(x), np.isnan(y)
             inf_x, inf_y = ~fin_x & ~nan_x, ~fin_y & ~nan_y
@@ -528,15 +529,14 @@ def compare_arrays(a, b, chunk_size=1<<19) -> dict:
         sq_err += _dot(d, d)
     if not wide: sq_a_err, max_err_s, max_a_s = sq_a, max_err, max_abs_a
     nan = float('nan')
-    var_a, var_b = (m2a/na/sa/sa if na else nan), (m2b/nb/sb/sb if nb else nan)
-    std_a, std_b = (math.sqrt(m2a/na)/sa if na else nan), (math.sqrt(m2b/nb)/sb if nb else nan)
+    mean_a, std_a, var_a, nan_a, inf_a = _finite_stats(rows_a, sa, shift_a or 0.)
+    mean_b, std_b, var_b, nan_b, inf_b = _finite_stats(rows_b, sb, shift_b or 0.)
     has_both = n_both > 0 or a.size == 0
     if math.isfinite(max_err) and max_abs_a > 0: max_rel = max_err/max_abs_a   # unscaled: a subnormal error is not lost
     else: max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf   # the error overflowed: scaled
     sqnr = math.inf if sq_err == 0 else 10*(_log10(sq_a_err) - _log10(sq_err))   # both in the common scale
     return {'cosine similarity': _cosine(dot, sq_a, sq_b) if has_both else nan,
-            'meanA': mean_a/sa if na else nan, 'meanB': mean_b/sb if nb else nan,
-            'meanA - meanB': (mean_a/sa - mean_b/sb) if na and nb else nan,
+            'meanA': mean_a, 'meanB': mean_b, 'meanA - meanB': mean_a - mean_b,
             'stdA': std_a, 'stdB': std_b, 'stdA - stdB': std_a - std_b,
             'varA': var_a, 'varB': var_b, 'varA - varB': var_a - var_b,
             'max_abs_err': max_err if has_both else nan, 'max_rel_err': max_rel if has_both else nan,

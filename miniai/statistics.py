@@ -1,4 +1,4 @@
-"""`StatisticsConfig`, `ActivationStatisticsHook` and `StatisticsCollector`: mean, std, min, max, sparsity, percentiles and histograms of every layer over a whole run, at the cost of lesson 10's hooks: every number exact or an estimate with a stated bound, merged across batches and ranks, exported as JSON or quantization ranges.
+"""`StatisticsConfig`, `ActivationStatisticsHook` and `StatisticsCollector`: mean, std, min, max, sparsity, percentiles and histograms of every layer over a whole run, at the cost of lesson 10's hooks: counts, moments and ranges exact, percentiles and histograms with stated bounds, merged across batches and ranks, exported as JSON or quantization ranges.
 
 Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
 # %% ../nbs/10a_statistics.ipynb #c0c02751
 from __future__ import annotations
-import math, json, os, warnings, datetime, weakref
+import math, json, os, warnings, datetime
 from dataclasses import dataclass, field, asdict
 from typing import List, Optional, Union
 
@@ -17,8 +17,8 @@ from torch import nn
 
 from .datasets import *
 from .learner import *
-from .kernel import moments, merge_moments, QuantileSketch, RunningStats, sketch_alpha, SKETCH_ALPHA, MAX_SKETCH_LEVEL
-from .kernel import _as_float, _raw_batch, _merge_errors, _AUX, _FALLBACK, _bucket_tables
+from .kernel import FIELDS, Moments, _as_float
+from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, SKETCH_ALPHA, MAX_SKETCH_LEVEL
 from .hooks import Hooks, tensor_items, skip_reason, default_mod_filter, HooksCallback, select_modules
 from .core import write_json
 
@@ -31,15 +31,15 @@ __all__ = ['StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'Statisti
 @dataclass
 class StatisticsConfig:
     "What to collect on each hooked tensor, and how much it may cost."
-    # Basic statistics (all come from the same per-batch sums; these flags decide what is reported)
+    # Basic statistics (all exact, from the same one pass per batch; these flags decide what is reported)
     collect_mean: bool = True
     collect_std: bool = True
     collect_min_max: bool = True
-    collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from a sketch of sampled values, with bounds
+    collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from a sketch (of samples, for large tensors), with bounds
     # Advanced statistics
     collect_histogram: bool = False   # equal-width bins over [min, max], rebinned from the sketch at read time
     histogram_bins: int = 100
-    collect_sparsity: bool = False    # fraction of values exactly 0 (from the samples, with a bound; exact with `exact`)
+    collect_sparsity: bool = False    # fraction of the finite values exactly 0 (exact)
     # Performance settings
     update_frequency: int = 1         # record every Nth call of each module; skipped calls cost nothing
     max_samples: Optional[int] = 1000 # keep up to this many values per statistic for exact percentiles (8 bytes each)
@@ -47,7 +47,7 @@ class StatisticsConfig:
     max_memory_mb: Optional[float] = None  # hard cap on the collector's own memory; degrades (documented) when reached
     # Beyond the usual API
     collect_input: bool = True        # also collect the statistics of each module's input
-    exact: bool = False               # every value of every batch: float64 moments, exact zeros, sketch of all values (slow)
+    exact: bool = False               # every value of every batch into the sketch, no sampling (slower); moments are exact either way
     every: Optional[int] = None       # record every Nth call: the same as update_frequency, which it sets
 
     def __post_init__(self):
@@ -90,12 +90,12 @@ class TensorStatistics:
     max: Optional[float] = None
     percentiles: dict = field(default_factory=dict)
     sparsity_ratio: Optional[float] = None
-    histogram: Optional[dict] = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range'}
+    histogram: Optional[dict] = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range', 'sampling_error'}
     percentile_error: Optional[float] = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
     percentile_bounds: Optional[dict] = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
     reasons: dict = field(default_factory=dict)  # why a field is None or not finite, e.g. {'std': 'overflow'}
-    errors: dict = field(default_factory=dict)   # bounds on the absolute error of mean, std, sparsity_ratio (0: exact)
-    estimated: list = field(default_factory=list)  # the fields estimated from samples (their bounds: `errors`, `percentile_bounds`)
+    errors: dict = field(default_factory=dict)   # bounds on the absolute error of mean, std, sparsity_ratio: 0, they are exact
+    estimated: list = field(default_factory=list)  # fields estimated from sampled values: 'percentiles', 'histogram' (bounds: `percentile_bounds`, histogram['sampling_error'])
 
     def to_dict(self):
         "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
@@ -149,39 +149,52 @@ def _put(d, key, v, reason):
     if d[key] is None: d[f'{key}_reason'] = reason
 
 # %% ../nbs/10a_statistics.ipynb #dc9e8041
-_BASE_BYTES = (6 + 2 + len(_AUX)) * 8    # moments, error bounds, counters
+_SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
+_BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
 
-class _Stream(RunningStats):
-    "One statistic of a collector: a `RunningStats`, plus a buffer of the first `max_samples` values for exact percentiles."
-    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False):
-        # the sample feeds the sketch and the zero count; without them only the rare fallback estimate reads it
-        super().__init__(device, level, sample=16384 if level is not None or zeros else _FALLBACK, exact=exact, zeros=zeros)
+class _Stream(SketchRecorder):
+    "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
+    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
+        super().__init__(level, zeros=zeros, exact=exact, seed=seed)
+        self.device = torch.device(device)
+        self._folded = Moments.empty(device=self.device).t           # so that `total` lives on the stream's device
+        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
         self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64, device=device)
         self.filled = 0                                  # values in buf (host int: known from shapes)
         self.complete = self.buf is not None             # buf holds every value seen
 
     @property
     def nbytes(self):
+        "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
         return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
 
-    def drop_buffer(self): self.buf, self.complete = None, False
-    def drop_sketch(self): self.flush(); self.sketch = None
+    def drop_buffer(self):
+        "Release the exact buffer: percentiles come from the sketch from now on."
+        self.buf, self.complete = None, False
 
-    def update(self, x, raw=None):
-        "Add flat float tensor `x` (`raw`: its `_raw_batch`, shared between streams that see the same tensor)."
-        if self.moms.device != x.device: self._to(x.device)
+    def drop_sketch(self):
+        "Release the sketch, and the samples waiting for it (no percentiles or histogram any more)."
+        self._pending, self.sketch, self.level, self.sampling = [], None, None, None
+
+    def update(self, x):
+        "Add flat float tensor `x` (see `_as_float`): to the exact buffer while everything fits, and to the recorder. No host sync."
+        if x.device != self.device: self._to(x.device)
         if self.buf is not None:
             n = x.numel()
             if self.filled + n <= self.buf.numel():
                 self.buf[self.filled:self.filled + n] = x
                 self.filled += n
             else: self.drop_buffer()
-        self.record(x, raw)
+        self.record(x)
 
     def _to(self, device):
-        super()._to(device)
-        if self.buf is not None: self.buf = self.buf.to(device)
-
+        "Move everything to `device`."
+        self.flush()
+        self.device = torch.device(device)
+        self._folded, self._rows = self.total.t.to(self.device), []
+        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
+        if self.sampling is not None: self.sampling = self.sampling.to(self.device)
+        if self.buf is not None: self.buf = self.buf.to(self.device)
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
 class StatisticsCollector:
@@ -193,7 +206,7 @@ class StatisticsCollector:
     def reset(self):
         "Forget everything collected (the config stays)."
         cfg = self.config
-        self._streams, self._modules, self.skipped, self.memory_log, self._recent = {}, {}, {}, [], None
+        self._streams, self._modules, self.skipped, self.memory_log = {}, {}, {}, []
         self.call_count, self._warned = 0, False
         self._wants_sketch = bool(cfg.collect_percentiles) or cfg.collect_histogram
         self._use_sketch, self._level = self._wants_sketch, 0
@@ -201,7 +214,7 @@ class StatisticsCollector:
 
     @property
     def memory_bytes(self):
-        "Bytes the collector holds on devices (moments, counts, sketches, exact buffers)."
+        "Bytes the collector holds on devices (moments, sampling records, sketches, exact buffers)."
         return sum(s.nbytes for s in self._streams.values())
 
     # ----- collecting
@@ -220,9 +233,7 @@ class StatisticsCollector:
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 stream = self._stream((name, kind, key), t.device, sname)
-                if stream is None: continue
-                x = _as_float(t)
-                stream.update(x, self._shared_raw(t, x, stream))
+                if stream is not None: stream.update(_as_float(t))
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
@@ -234,17 +245,6 @@ class StatisticsCollector:
         return self._modules[name]
 
     def _skip(self, sname, reason): self.skipped[sname] = reason
-
-# %% ../nbs/10a_statistics.ipynb #de025afc
-@patch
-def _shared_raw(self:StatisticsCollector, t, x, stream):
-    "The hot path's raw statistics of tensor `t` (flat float `x`), shared with the next stream that sees the same tensor (a module's input is often the previous output); None when `stream` takes `x` whole."
-    if stream.exact or x.numel() <= stream.sample: return None
-    hit = self._recent
-    if hit is not None and hit[0]() is t and hit[1] == t._version and hit[2] == stream.sample: return hit[3]
-    raw = _raw_batch(x, stream.sample, stream._rng)
-    self._recent = (weakref.ref(t), t._version, stream.sample, raw)
-    return raw
 
 # %% ../nbs/10a_statistics.ipynb #ffc6861d
 @patch
@@ -306,19 +306,20 @@ def _exact_percentiles(vals, qs):
         out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
     return out
 
-def _rank_bound(r, q):
-    "A bound (3 standard errors, binomial) on how far the sampled values' rank of percentile `q` may be from the true rank, as a fraction; 0 when nothing was sampled."
-    K, ws, w, u = r['sampled'], r['sampled_weight'], r['weight'], r['unsampled']
-    if not K: return 0.
-    p = q / 100
-    return 3 * math.sqrt(max(p * (1 - p), 1 / K) / K) * (ws / w) + u / (w + u)
+def _rank_bound(sampling, n, q):
+    "How far (3 standard errors) the weighted rank of percentile `q` among the sampled values may be from its true rank, as a fraction of the `n` finite values; 0 when nothing was sampled. `sampling`: `[K, W, W2]` of `Recorder.sampling` (host floats) or None."
+    if sampling is None or not n: return 0.
+    K, W, W2 = sampling
+    if not K or not W2: return 0.
+    keff, p = W * W / W2, q / 100                 # the effective sample size of the weighted sample
+    return 3 * math.sqrt(max(p * (1 - p), 1 / keff) / keff) * (W / n)
 
-def _sampled_percentiles(sk, qs, r, vmin, vmax, counts):
-    "`(values, bounds)`: percentiles from sketch `sk` of sampled values, and intervals widened by the sampling's rank bound."
+def _sketch_percentiles(sk, qs, sampling, n, vmin, vmax, counts):
+    "`(details, bounds)`: percentiles `qs` from sketch `sk`, and intervals holding the true ones: the sketch's own, widened by the sampling's rank bound."
     det = sk.quantile_details(qs, vmin, vmax, counts=counts)
     bounds = []
     for q, (lo, hi) in zip(qs, det['bounds']):
-        e = 100 * _rank_bound(r, q)
+        e = 100 * _rank_bound(sampling, n, q)
         if e:
             lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
             hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
@@ -331,49 +332,41 @@ def _relative_error(v, lo, hi):
     return 0. if d == 0 else (d / abs(v) if v else math.inf)
 
 def _rescale(counts, n):
-    "Integer `counts` scaled to sum to `n` (largest remainders get the rounding)."
+    "`counts` (floats, e.g. weighted sketch counts) as ints summing to `n` (largest remainders get the rounding)."
     c = np.asarray(counts, dtype=np.float64)
-    if not c.sum(): return list(counts)
+    if not c.sum(): return [0] * len(c)
     x = c * (n / c.sum())
     res = np.floor(x).astype(np.int64)
-    res[np.argsort(res - x)[:n - int(res.sum())]] += 1
+    order = np.argsort(res - x, kind='stable')     # largest remainders first
+    k = n - int(res.sum())
+    if k > 0: res[order[:k]] += 1
+    elif k < 0: res[[i for i in order[::-1] if res[i] > 0][:-k]] -= 1   # float rounding overshot: take back the smallest remainders
     return res.tolist()
 
 # %% ../nbs/10a_statistics.ipynb #37197aa6
 @patch
 def _read_stream(self:StatisticsCollector, s):
     cfg = self.config
-    r = s.read()
-    n, bad, mean, mn, mx = r['count'], r['nonfinite'], r['mean'], r['min'], r['max']
+    s.flush()
+    d = s.total.to_dict()                                     # exact: every value was counted
+    n, bad = d['count'], d['nonfinite']
     res = TensorStatistics(count=n, nonfinite=bad)
     why, est = res.reasons, res.estimated
     none = 'no finite values'
+    sampling = s.sampling.tolist() if s.sampling is not None and s.sketch is not None else None
+    sampled = bool(n and sampling and sampling[0])             # the sketch holds samples standing for other values
     if cfg.collect_mean:
-        res.mean = mean if n else math.nan
-        if n and not math.isfinite(mean): why['mean'] = 'overflow'
-        if n: res.errors['mean'] = r['mean_error']
-        if r['est_batches']: est.append('mean')
+        res.mean = d['mean']
+        if n: res.errors['mean'] = 0.
     if cfg.collect_std:
-        res.std = r['std']
+        res.std = d['std']
         if n == 1: why['std'] = 'needs at least 2 finite values'
         elif n > 1 and not math.isfinite(res.std): why['std'] = 'overflow'
-        if n > 1: res.errors['std'] = r['std_error']
-        if r['est_batches']: est.append('std')
-    if r['est_batches']:
-        why['estimated'] = f"{int(r['est_batches'])} batches held NaN/Inf or overflowed float32 sums: their mean and std come from their samples"
-    if cfg.collect_min_max:
-        res.min, res.max = (mn, mx) if n else (math.nan, math.nan)
-        if r['minmax_est_batches']:
-            est += ['min', 'max']
-            why['min'] = why['max'] = 'batches with NaN/Inf contribute the min and max of their samples: the true min may be lower, the max higher'
+        elif n > 1: res.errors['std'] = 0.
+    if cfg.collect_min_max: res.min, res.max = d['min'], d['max']
     if cfg.collect_sparsity:
-        w = r['weight']
-        res.sparsity_ratio = r['zeros'] / w if w else math.nan
-        if w and r['sampled']:
-            p = res.sparsity_ratio
-            res.errors['sparsity_ratio'] = 3 * math.sqrt(max(p * (1 - p), 1 / r['sampled']) / r['sampled']) * (r['sampled_weight'] / w) + r['unsampled'] / (w + r['unsampled'])
-            est.append('sparsity_ratio')
-        elif w: res.errors['sparsity_ratio'] = 0.
+        res.sparsity_ratio = d['zeros'] / n if n else math.nan
+        if n: res.errors['sparsity_ratio'] = 0.
     counts = s.sketch.counts.cpu().numpy() if s.sketch is not None else None
     if cfg.collect_percentiles:
         qs = cfg.collect_percentiles
@@ -383,23 +376,29 @@ def _read_stream(self:StatisticsCollector, s):
             res.percentiles = dict(zip(qs, _exact_percentiles(vals, qs) if len(vals) else [math.nan]*len(qs)))
             res.percentile_error = 0.
         elif counts is not None:
-            det, bounds = _sampled_percentiles(s.sketch, qs, r, mn if n else None, mx if n else None, counts)
+            det, bounds = _sketch_percentiles(s.sketch, qs, sampling, n, d['min'] if n else None, d['max'] if n else None, counts)
             res.percentiles = dict(zip(qs, det['values']))
             res.percentile_bounds = dict(zip(qs, bounds)) if n else None
+            if sampled: est.append('percentiles')
             if det['beyond_range']:
                 lo, hi = s.sketch.exact_range
                 res.percentile_error = math.inf
                 why['percentile_error'] = f'values beyond the sketch range ({lo:.2g} <= |x| <= {hi:.2g}): only percentile_bounds hold'
-            elif r['sampled'] and n:
-                res.percentile_error = max(_relative_error(v, lo, hi) for v, (lo, hi) in zip(det['values'], bounds))
-                est.append('percentiles')
+            elif sampled: res.percentile_error = max(_relative_error(v, lo, hi) for v, (lo, hi) in zip(det['values'], bounds))
             else: res.percentile_error = s.sketch.alpha
+            if res.percentile_error == math.inf and 'percentile_error' not in why:
+                why['percentile_error'] = 'an estimate is 0 and its interval is not: no relative bound, only percentile_bounds hold'
         else: why['percentiles'] = 'the sketch was dropped to respect max_memory_mb'
         if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
     if cfg.collect_histogram:
         if counts is not None and n:
-            res.histogram = s.sketch.histogram(cfg.histogram_bins, mn, mx, counts=counts)
-            if r['sampled']: res.histogram['counts'] = _rescale(res.histogram['counts'], n)   # sampled: counts scaled to the exact total
+            h = s.sketch.histogram(cfg.histogram_bins, d['min'], d['max'], counts=counts)
+            total = float(counts.sum())
+            h['counts'] = _rescale(h['counts'], n)            # weighted counts, scaled to the exact total
+            h['beyond_range'] = round(h['beyond_range'] * n / total) if total else 0
+            h['sampling_error'] = _rank_bound(sampling, n, 50) if sampled else 0.   # on any cumulative count, as a fraction of `count`
+            res.histogram = h
+            if sampled: est.append('histogram')
         else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
     return res
 
@@ -524,16 +523,13 @@ class ActivationStatisticsHook(StatisticsCollector):
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):
-    "Merge stream `b` into `a` (both `_Stream`)."
-    a.flush(); b.flush()
-    if a.sketch is not None and b.sketch is not None: a.sketch.merge(b.sketch)
-    else:
-        for s in (a, b):
-            if s.sketch is not None: s.drop_sketch()
+    "Merge stream `b` into `a` (both `_Stream`): moments folded, sketches and sampling records added, exact buffers joined while they fit."
+    if a.sketch is None or b.sketch is None: a.drop_sketch(); b.drop_sketch()   # percentiles of part of the data would be wrong
+    if b.device != a.device: b._to(a.device)
     a.merge(b)
     if a.complete and b.complete and a.filled + b.filled <= (max_samples or 0):
-        buf = torch.empty(max_samples, dtype=torch.float64, device=a.moms.device)
-        buf[:a.filled] = a.buf[:a.filled]; buf[a.filled:a.filled + b.filled] = b.buf[:b.filled].to(buf.device)
+        buf = torch.empty(max_samples, dtype=torch.float64, device=a.device)
+        buf[:a.filled] = a.buf[:a.filled]; buf[a.filled:a.filled + b.filled] = b.buf[:b.filled]
         a.buf, a.filled = buf, a.filled + b.filled
     else: a.drop_buffer()
 
@@ -563,7 +559,7 @@ def merge(self:StatisticsCollector, other):
     for c in (self, other):
         c._level = level
         for s in c._streams.values():
-            if s.sketch is not None: s.sketch.coarsen(level)
+            if s.sketch is not None: s.flush(); s.sketch.coarsen(level)
     for name, meta in other._modules.items():
         self._modules[name] = _merge_meta(self._module_meta(name), meta)
     for key, s in other._streams.items():
@@ -582,30 +578,40 @@ def _copy_collector(c):
     return res
 
 # %% ../nbs/10a_statistics.ipynb #57091e7f
+_STATE_VERSION = 3
+
 def _hex(v): return float(v).hex()
+def _unhex(d, keys, what):
+    "The float64 values of `d[k]` (hex strings) for `keys`, or a ValueError naming the keys that are missing or unknown."
+    if set(d) != set(keys): raise ValueError(f"load_state_dict: {what} has fields {sorted(d)}, expected {list(keys)}")
+    return [float.fromhex(d[k]) for k in keys]
 
 @patch
 def state_dict(self:StatisticsCollector):
-    "Everything collected, as a JSON-serialisable dict (exact: floats as hex strings)."
+    "Everything collected, as a JSON-serialisable dict (exact: moments by field name as hex floats, sketch counts as floats)."
     streams = []
     for (name, kind, key), s in self._streams.items():
-        moms, errs, aux = s.state()
-        d = dict(name=name, kind=kind, key=key, moments=[_hex(v) for v in moms.cpu().tolist()],
-                 errors=[_hex(v) for v in errs.cpu().tolist()], counters=dict(zip(_AUX, map(_hex, aux.cpu().tolist()))))
+        s.flush()
+        d = dict(name=name, kind=kind, key=key, batches=s.n_batches,
+                 moments=dict(zip(FIELDS, map(_hex, s.total.t.cpu().tolist()))))
         if s.sketch is not None:
             c = s.sketch.counts.cpu()
             nz = torch.nonzero(c).flatten()
             d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
+            if s.sampling is not None: d['sampling'] = dict(zip(_SAMPLING, map(_hex, s.sampling.cpu().tolist())))
         if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in s.buf[:s.filled].cpu().tolist()]
         streams.append(d)
-    return dict(version=2, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
+    return dict(version=_STATE_VERSION, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
                 use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
                 skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()}, streams=streams)
 
 @patch
 def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
     "Replace this collector's state by `sd` (from `state_dict`), on `device`."
-    if sd.get('version') != 2: raise ValueError(f"load_state_dict: unknown state version {sd.get('version')!r}")
+    v = sd.get('version')
+    if v != _STATE_VERSION:
+        raise ValueError(f"load_state_dict: state version {v!r} is not supported; this miniai reads version {_STATE_VERSION} "
+                         "(statistics saved by an older miniai cannot be resumed: collect them again)")
     self.config = StatisticsConfig(**sd['config'])
     self.reset()
     self._level, self._use_sketch, self._use_buffer = sd['level'], sd['use_sketch'], sd['use_buffer']
@@ -614,12 +620,14 @@ def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
     for d in sd['streams']:
         sk = d.get('sketch')
         s = _Stream(device, None, exact=self.config.exact, zeros=self.config.collect_sparsity)
-        s.moms = torch.tensor([float.fromhex(v) for v in d['moments']], dtype=torch.float64, device=device)
-        s.errs = torch.tensor([float.fromhex(v) for v in d['errors']], dtype=torch.float64, device=device)
-        s.aux = torch.tensor([float.fromhex(d['counters'][k]) for k in _AUX], dtype=torch.float64, device=device)
+        s._folded = torch.tensor(_unhex(d['moments'], FIELDS, 'moments'), dtype=torch.float64, device=device)
+        s.n_batches = d['batches']
         if sk is not None:
             s.sketch = QuantileSketch(device, sk['level'])
-            s.sketch.counts[torch.tensor(sk['index'], dtype=torch.long)] = torch.tensor(sk['count'], dtype=torch.int64)
+            s.level = sk['level']
+            s.sketch.counts[torch.tensor(sk['index'], dtype=torch.long, device=device)] = torch.tensor(sk['count'], dtype=torch.float64, device=device)
+            if 'sampling' in d:
+                s.sampling = torch.tensor(_unhex(d['sampling'], _SAMPLING, 'sampling'), dtype=torch.float64, device=device)
         if 'values' in d and self._use_buffer:
             s.buf = torch.empty(self.config.max_samples, dtype=torch.float64, device=device)
             s.filled, s.complete = len(d['values']), True
@@ -650,6 +658,7 @@ def all_reduce(self:StatisticsCollector, group=None):
     meta = dict(config=asdict(self.config), keys=list(self._streams), level=self._level, modules=self._modules, skipped=self.skipped,
                 call_count=self.call_count, use_buffer=self._use_buffer,
                 sketched=[s.sketch is not None for s in self._streams.values()],
+                batches=[s.n_batches for s in self._streams.values()],
                 filled=[s.filled if s.complete else -1 for s in self._streams.values()], memory_log=self.memory_log)
     metas = [None] * world
     dist.all_gather_object(metas, meta, group=group)
@@ -657,41 +666,38 @@ def all_reduce(self:StatisticsCollector, group=None):
         _check_same_config(self.config, StatisticsConfig(**m['config']), f'all_reduce (rank {r})')
     keys = sorted({tuple(k) for m in metas for k in m['keys']})
     level = max(m['level'] for m in metas)
-    device = next((s.moms.device for s in self._streams.values()), torch.device('cpu'))
-    sketched = {k: all(dict(zip(map(tuple, m['keys']), m['sketched'])).get(k, True) for m in metas) for k in keys}
-    filled = {k: [dict(zip(map(tuple, m['keys']), m['filled'])).get(k, 0) for m in metas] for k in keys}
-    for k in keys:                                             # same streams, same level everywhere
+    device = next((s.device for s in self._streams.values()), torch.device('cpu'))
+    def per_key(field, default): return {k: [dict(zip(map(tuple, m['keys']), m[field])).get(k, default) for m in metas] for k in keys}
+    sketched, filled, batches = per_key('sketched', True), per_key('filled', 0), per_key('batches', 0)
+    for k in keys:                                             # same streams, same sketch level everywhere
         s = self._streams.get(k)
         if s is None:
-            s = self._streams[k] = _Stream(device, level if sketched[k] else None, exact=self.config.exact, zeros=self.config.collect_sparsity)
+            s = self._streams[k] = _Stream(device, level if all(sketched[k]) else None, exact=self.config.exact, zeros=self.config.collect_sparsity)
             s.complete = False
         s._to(device)
         if s.sketch is not None:
-            if sketched[k]: s.sketch.coarsen(level)
+            if all(sketched[k]): s.sketch.coarsen(level)
             else: s.drop_sketch()
-        elif sketched[k]: s.sketch = QuantileSketch(device, level)
     self._level = level
     streams = [self._streams[k] for k in keys]
     if streams:
-        moms = torch.stack([torch.cat([s.moms, s.errs]) for s in streams])
-        gathered = [torch.empty_like(moms) for _ in range(world)]
-        dist.all_gather(gathered, moms, group=group)
-        merged, errs = gathered[0][:, :6], gathered[0][:, 6:]
-        for g in gathered[1:]: merged, errs = merge_moments(merged, g[:, :6]), _merge_errors(merged, g[:, :6], errs, g[:, 6:])
-        aux = torch.stack([s.aux for s in streams])
-        dist.all_reduce(aux, group=group)
-        for i, s in enumerate(streams):
-            s.moms, s.errs, s.aux = merged[i].clone(), errs[i].clone(), aux[i].clone()
-        counts = [s.sketch.counts for s in streams if s.sketch is not None]
-        flat = torch.cat(counts) if counts else torch.zeros(0, dtype=torch.int64, device=device)
-        if counts: dist.all_reduce(flat, group=group)
-        offset = 0
-        for s in streams:
-            if s.sketch is not None:
+        rows = torch.stack([s.total.t for s in streams])        # [streams, len(FIELDS)]
+        gathered = [torch.empty_like(rows) for _ in range(world)]
+        dist.all_gather(gathered, rows, group=group)
+        folded = Moments(torch.stack(gathered)).fold(0).t       # one fold over the ranks, in rank order: the same bits on every rank
+        sk = [s for s in streams if s.sketch is not None]
+        if sk:                                                  # sketch counts and sampling records add up
+            flat = torch.cat([s.sketch.counts for s in sk] + [s.sampling if s.sampling is not None else rows.new_zeros(len(_SAMPLING)) for s in sk])
+            dist.all_reduce(flat, group=group)
+            offset = 0
+            for s in sk:
                 n = s.sketch.counts.numel()
                 s.sketch.counts = flat[offset:offset + n].clone(); offset += n
-        for k, s in zip(keys, streams):                          # exact buffers: kept only if every rank's fit together
-            fl = filled[k]
+            samp = flat[offset:].view(len(sk), len(_SAMPLING))
+            for s, smp, k in zip(sk, samp.tolist(), samp): s.sampling = k.clone() if smp[0] else None
+        for i, (k, s) in enumerate(zip(keys, streams)):
+            s._folded, s._rows, s.n_batches = folded[i].clone(), [], sum(batches[k])
+            fl = filled[k]                                        # exact buffers: kept only if every rank's fit together
             cap = self.config.max_samples or 0
             if all(m['use_buffer'] for m in metas) and min(fl) >= 0 and sum(fl) <= cap and cap:
                 mine = torch.zeros(cap, dtype=torch.float64, device=device)

@@ -47,29 +47,20 @@ class TensorBoardCB(Callback):
         "Write the batches recorded since the last call; returns the number of (layer, batch) pairs written."
         if self.writer is None: return 0
         a, done = self.astats, 0
-        bins, hi, sample = a.rec_kwargs['bins'], a.rec_kwargs['hi'], a.rec_kwargs['sample']
+        bins, hi = a.rec_kwargs['bins'], a.rec_kwargs['hi']
         limits = [hi * (i+1) / bins for i in range(bins)]
         for h in a:
             rec = main_recorder(h)
             if rec is None: continue
             start, end = self._written.get(h.name, 0), len(rec)
             if end <= start: continue
-            means, stds, bad, errs, hists = rec.means, rec.stds, rec.nonfinite, rec.errors, rec.hists
-            dead, numel = get_min(h), rec.moms[:, 0] + rec.moms[:, 1]   # finite + NaN/Inf: the batch's size
-            exact = getattr(rec, 'exact', False) or not getattr(rec, 'sample', None)
+            scalars = dict(mean=rec.means, std=rec.stds, nonfinite=rec.nonfinite, dead_fraction=rec.dead.nan_to_num(0.),
+                           overflow_fraction=rec.saturated.nan_to_num(0.))
+            hists = rec.hists
             for i in range(start, end):
                 step, tag = i * a.every, f'{self.prefix}/{h.name}'
-                w = self.writer.add_scalar
-                for k, v in (('mean', means[i]), ('std', stds[i]), ('nonfinite', bad[i]), ('mean_err', errs['mean'][i]), ('std_err', errs['std'][i])):
-                    w(f'{tag}/{k}', float(v), step)
-                p = float(dead[i])
-                drawn = float(numel[i]) if exact else min(float(numel[i]), sample)
-                w(f'{tag}/dead_fraction', p, step)
-                w(f'{tag}/dead_fraction_err', 0. if drawn >= numel[i] else 3*math.sqrt(max(p*(1-p), 0.) / drawn), step)
-                c = hists[i].double()
-                total = float(c.sum())
-                w(f'{tag}/overflow_fraction', float(c[-1]) / total if total else 0., step)
-                body = c[:-1]
+                for k, v in scalars.items(): self.writer.add_scalar(f'{tag}/{k}', float(v[i]), step)
+                body = hists[i].double()[:-1]
                 if float(body.sum()) > 0:
                     centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
                     self.writer.add_histogram_raw(f'{tag}/abs_hist', min=0., max=float(limits[int(body.nonzero().max())]), num=float(body.sum()),

@@ -32,5 +32,5 @@ if rank() == 0:
     arrays = {}
     for i, h in enumerate(astats):
         rec = main_recorder(h)
-        arrays[f'moms{i}'], arrays[f'hists{i}'] = rec.moms.numpy(), rec.hists.numpy()
+        arrays[f'moms{i}'], arrays[f'hists{i}'] = rec.moments.t.numpy(), rec.hists.numpy()
     np.savez(f'{out}/stats_{mode}.npz', world_size=world_size(), **arrays)

@@ -185,3 +185,68 @@ def test_bad_thresholds(tmp_path, args):
                          env={**os.environ, 'PYTHONPATH': str(ROOT)})
     assert res.returncode == 2 and b'usage: miniai-compare' in res.stderr and b'Traceback' not in res.stderr, res.stderr
     assert not (A/'tensors'/'compare_rst').exists()   # nothing compared, nothing written
+
+# --- the moments come from the kernel (`batch_moments` per chunk, folded with `Moments.fold`): structured inputs ---
+from miniai.kernel import fused_kernel
+
+def np_stats(arr):
+    "numpy float64 mean, std, var (ddof=0) of the finite values, centred on the first one and scaled by a power of two (both exact), and their largest magnitude."
+    f = arr.astype(np.float64).ravel(); f = f[np.isfinite(f)]
+    c = f - f[0]
+    top = np.abs(c).max()
+    k = 2. ** -np.frexp(top)[1] if top > 0 else 1.
+    with np.errstate(over='ignore'): return f[0] + (c*k).mean()/k, (c*k).std()/k, (c*k).var()/k/k, float(np.abs(f).max())
+
+def structured():
+    g = np.random.default_rng(7)
+    col = g.standard_normal((500, 9)).astype(np.float32); col[:, 4] = np.nan
+    every = g.standard_normal(5000); every[::5] = np.nan; every[2::11] = np.inf; every[3::13] = -np.inf
+    every32 = g.standard_normal(5000).astype(np.float32); every32[::3] = np.nan
+    return {'nan column': col, 'nan every kth f64': every, 'nan every 3rd f32': every32,
+            'constant large f64': np.full(3000, 12345.678e280), 'constant large f32': np.full(3000, -12345.678e30, np.float32),
+            'large mean small spread': 1e12 + 1e-2 * g.standard_normal(20000),
+            'large mean f32': (1e4 + 1e-3 * g.standard_normal(5000)).astype(np.float32),
+            'beyond float32': 1e250 * g.standard_normal(5000), 'tiny f64': 1e-250 * g.standard_normal(5000),
+            'int64 large offset': (10**15 + g.integers(-1000, 1000, 5000)).astype(np.int64)}
+
+STRUCTURED = structured()
+
+@pytest.mark.parametrize('chunk', [1 << 19, 997, 64])
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch'])
+@pytest.mark.parametrize('name', list(STRUCTURED))
+def test_structured_inputs_match_numpy(name, fused, chunk):
+    a = STRUCTURED[name]
+    b = a[::-1].copy()                                   # the same values in another order: the same statistics
+    with fused_kernel(fused), np.errstate(all='ignore'): r = compare_arrays(a, b, chunk_size=chunk)
+    mean, std, var, top = np_stats(a)
+    for side in 'AB':
+        assert r[f'nan_{side}'] == int(np.isnan(a.astype(np.float64)).sum()), side
+        assert r[f'inf_{side}'] == int(np.isinf(a.astype(np.float64)).sum()), side
+        assert abs(r[f'mean{side}'] - mean) <= 1e-15 * top, (side, r[f'mean{side}'], mean)
+        if name.startswith('constant'): assert r[f'std{side}'] == 0 and r[f'var{side}'] == 0
+        else: assert abs(r[f'std{side}'] / std - 1) <= 1e-10, (side, r[f'std{side}'], std)
+        if math.isinf(var): assert r[f'var{side}'] == math.inf   # beyond float64: the std is not
+        elif var: assert abs(r[f'var{side}'] / var - 1) <= 2e-10, (side, r[f'var{side}'], var)
+    assert r['n_finite_both'] == int((np.isfinite(a.astype(np.float64)) & np.isfinite(b.astype(np.float64))).sum())
+
+def test_all_nonfinite_and_empty():
+    a = np.array([np.nan, np.inf, -np.inf, np.nan])
+    r = compare_arrays(a, a, chunk_size=3)
+    assert (r['nan_A'], r['inf_A'], r['n_finite_both']) == (2, 2, 0)
+    assert all(math.isnan(r[k]) for k in ('meanA', 'stdA', 'varA', 'meanA - meanB'))
+    r = compare_arrays(np.zeros(0, np.float32), np.zeros(0, np.float32))
+    assert r['nan_A'] == r['inf_A'] == r['n_elements'] == 0 and math.isnan(r['meanA'])
+
+def test_threads_at_first_use_keep_the_compiled_kernel(tmp_path):
+    "`miniai-compare` compares files in threads: the kernel compiles its loops once, so they stay on (no warning, still fused)."
+    for run in 'AB':
+        folder = tmp_path/run/'tensors'/'rank_0'; folder.mkdir(parents=True)
+        for i in range(8): np.save(folder/f't{i}.npy', np.linspace(0, 1, 5000) * (i + 1))
+    code = ("import sys, warnings; warnings.simplefilter('error')\n"
+            "import miniai.kernel as K\n"
+            "from miniai.dumps import compare_dumps\n"
+            "res = compare_dumps(sys.argv[1], sys.argv[2], kinds=('tensors',), workers=4, progress=False, verbose=False)\n"
+            "print(len(res[('tensors', 0)]['compared']), K._FUSED[0] == K._HAVE_NUMBA)")
+    out = subprocess.run([sys.executable, '-c', code, str(tmp_path/'A'), str(tmp_path/'B')], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, 'PYTHONPATH': str(ROOT)})
+    assert out.returncode == 0 and out.stdout.split() == ['8', 'True'], out.stdout + out.stderr

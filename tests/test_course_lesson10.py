@@ -326,8 +326,8 @@ def test_miniai_callbacks_run_in_the_courses_learner(dls):
 
 def test_signatures_read_once_not_per_batch(dls, monkeypatch):
     "`run_cbs` reads a method's signature once per class and method: a second fit reads none."
-    from miniai.kernel import _raw_sums
-    _raw_sums(torch.ones(10))   # compile the CPU kernel first: numba reads many signatures when it compiles
+    from miniai.kernel import batch_moments, Recorder
+    batch_moments(torch.ones(10)); Recorder().record(torch.ones(10))   # compile the CPU loops first: numba reads many signatures when it compiles
     calls = []
     real = inspect.signature
     monkeypatch.setattr(inspect, 'signature', lambda *a, **k: calls.append(a[0]) or real(*a, **k))
@@ -373,7 +373,7 @@ def test_activation_stats_layers_aliases_every_and_findings(fit):
         assert [len(h.stats[0]) for h in astats] == [2] * len(astats)          # batches 0 and 2 of the three
         rows = astats.diagnose(dead_frac=-1.)                                 # every layer is "dead" at this threshold
         for r in rows:
-            assert {'layer', 'mean', 'std', 'dead', 'nonfinite', 'estimated', 'mean_err', 'std_err', 'flags', 'findings'} <= set(r)
+            assert {'layer', 'mean', 'std', 'dead', 'saturated', 'nonfinite', 'flags', 'findings'} <= set(r)
             dead = [f for f in r['findings'] if f['issue'] == 'dead']
             assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=-1., measure='dead')]
             assert r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings']))

@@ -228,3 +228,95 @@ def test_debugcb_every_epoch_picks_epochs(tmp_path):
 def test_nbytes_and_unknown_values():
     assert nbytes({'x': torch.zeros(3, dtype=torch.float64), 'a': np.zeros(2, 'f4'), 's': 'abc', 'n': [1, None]}) == 24 + 8 + 3 + 16
     with pytest.raises(TypeError, match='debugger results must be tensors'): encode_records({'dev': torch.device('cpu')})
+
+# --- the statistics come from the kernel's `Moments` (batch_moments / row_moments): structured inputs against numpy float64 ---
+from miniai.kernel import fused_kernel, count_syncs, row_moments
+
+def np_stats(x):
+    "numpy float64 statistics of the finite values of tensor `x`: centred on the first finite value and scaled by a power of two (both exact)."
+    r = x.detach().double().numpy().ravel()
+    f = r[np.isfinite(r)]
+    c = f - f[0]
+    k = 2. ** -np.frexp(np.abs(c).max())[1] if np.abs(c).max() > 0 else 1.
+    return dict(mean=f[0] + (c*k).mean()/k, std=(c*k).std(ddof=1)/k, min=f.min(), max=f.max(), nonfinite=r.size - f.size,
+                l1=np.abs(f).mean(), l2=np.linalg.norm(f / np.abs(f).max()) * np.abs(f).max(), top=np.abs(f).max())
+
+def structured_inputs():
+    g = torch.Generator().manual_seed(0)
+    col = torch.randn(4, 6, 5, 5, generator=g); col[:, 2] = math.nan                      # a channel of NaN
+    every = torch.randn(4, 6, 5, 5, generator=g); every.view(-1)[::7] = math.nan; every.view(-1)[3::7] = -math.inf
+    return {'nan column': col, 'nan every 7th': every,
+            'constant large': torch.full((4, 6, 5, 5), -12345.678e30),
+            'large mean': 1e4 + 1e-3 * torch.randn(4, 6, 5, 5, generator=g),
+            'large mean f64': 1e12 + torch.randn(4, 6, 5, 5, generator=g, dtype=torch.float64),
+            'beyond float32': 1e100 * torch.randn(4, 6, 5, 5, generator=g, dtype=torch.float64)}
+
+STRUCTURED = structured_inputs()
+
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch'])
+@pytest.mark.parametrize('name', list(STRUCTURED))
+def test_stats_match_numpy_float64(name, fused):
+    x = STRUCTURED[name]
+    want = np_stats(x)
+    with fused_kernel(fused):
+        fm = FeatureMapDebugger('0')({'inputs': None}, nn.Sequential(Const(x)))['stats']
+        st = ActivationStatsDebugger('0')({'inputs': None}, nn.Sequential(Const(x)))['activation_stats']
+    for s in (fm, st):
+        assert s['nonfinite'] == want['nonfinite'] and s['min'] == want['min'] and s['max'] == want['max']
+        assert abs(s['mean'] - want['mean']) <= 1e-15 * want['top'], (s['mean'], want['mean'])
+        if name == 'constant large': assert s['std'] == 0
+        else: assert abs(s['std'] - want['std']) <= 1e-9 * want['std'], (s['std'], want['std'])
+    assert abs(st['l1_norm'] - want['l1']) <= 1e-12 * want['top']
+    assert abs(st['l2_norm'] - want['l2']) <= 1e-12 * want['l2']
+    assert st['sparsity'] == float((x == 0).double().mean())
+    r = x.double().numpy().copy(); r[~np.isfinite(r)] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        means, stds = np.nanmean(r, axis=(0, 2, 3)), np.nanstd(r - np.nanmax(r), axis=(0, 2, 3), ddof=1)
+    np.testing.assert_allclose(st['channel_means'], means, rtol=1e-12)
+    np.testing.assert_allclose(st['channel_stds'], stds, rtol=1e-9, atol=0)
+
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch'])
+def test_feature_map_std_large_mean_and_constant(fused):
+    x = 1000 + 0.01 * torch.randn(8, 16, 32, 32, generator=torch.Generator().manual_seed(0))
+    with fused_kernel(fused):
+        st = FeatureMapDebugger('0')({'inputs': None}, nn.Sequential(Const(x)))['stats']
+        const = FeatureMapDebugger('0')({'inputs': None}, nn.Sequential(Const(torch.full((8, 16, 32, 32), 12345.678))))['stats']
+    ref = x.numpy().astype(np.float64)
+    assert abs(st['std'] / ref.std(ddof=1) - 1) < 1e-6 and 0.0099 < st['std'] < 0.0101, st['std']
+    assert abs(st['mean'] - ref.mean()) < 1e-9
+    assert const['std'] == 0. and const['mean'] == const['min'] == const['max'] == float(np.float32(12345.678))
+
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch'])
+def test_channel_stats_both_row_paths(fused):
+    "Channel statistics of a 3-d output (many short rows): the compiled loop and the torch ops agree, and both agree with numpy."
+    g = torch.Generator().manual_seed(1)
+    x = 1e6 + torch.randn(5, 40, 30, generator=g, dtype=torch.float64); x[:, 3, 4] = math.nan; x[0, 7, 2] = math.inf; x[:, 9, 9] = 2.5
+    a = x.permute(1, 2, 0).reshape(1200, 5)
+    with fused_kernel(fused): mean, std = finite_mean_std(x, channel_dims(x))
+    with fused_kernel(True): k = row_moments(a)
+    with fused_kernel(False): v = row_moments(a)
+    for f in ('count', 'nan', 'posinf', 'neginf', 'min', 'max'): assert torch.equal(getattr(k, f), getattr(v, f)), f
+    torch.testing.assert_close(v.mean, k.mean, rtol=1e-15, atol=0, equal_nan=True)
+    torch.testing.assert_close(v.m2, k.m2, rtol=1e-9, atol=1e-20, equal_nan=True)
+    assert v.m2[9*30 + 9] == 0 and k.m2[9*30 + 9] == 0 and mean[9, 9] == 2.5 and std[9, 9] == 0
+    assert math.isnan(mean[3, 4]) and math.isnan(std[3, 4]) and std[7, 2].isnan() == False
+    r = x.numpy().copy(); r[~np.isfinite(r)] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        np.testing.assert_allclose(mean.numpy(), np.nanmean(r, 0), rtol=1e-15)
+        np.testing.assert_allclose(std.numpy(), np.nanstd(r - 1e6, 0, ddof=1), rtol=1e-9)
+
+@pytest.mark.parametrize('fused', [True, False], ids=['fused', 'torch'])
+def test_stat_hooks_do_not_sync(fused):
+    model = toy()
+    x = torch.randn(2, 1, 8, 8)
+    dbgs = [FeatureMapDebugger('0.0'), ActivationStatsDebugger('1.0'), ActivationStatsDebugger('1')]
+    with fused_kernel(fused):
+        for d in dbgs: d.attach(model)
+        try:
+            with count_syncs() as cs: model(x)
+        finally:
+            for d in dbgs: d.remove()
+    assert cs.n == 0, cs.ops
+    for d in dbgs: assert 'error' not in d.pop()

@@ -208,3 +208,8 @@ def test_compare_startup_stays_light():
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert 'miniai.learner' not in res.stdout and 'miniai.hooks' not in res.stdout, res.stdout
+
+def test_compare_startup_does_not_compile_the_kernel():
+    "Importing miniai.dumps loads the statistics kernel's Python module only: numba is imported (and the loops compiled or loaded) at the first comparison."
+    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.dumps; print("numba" in sys.modules)'], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == 'False', res.stdout + res.stderr

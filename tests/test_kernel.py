@@ -1,11 +1,13 @@
-"""Property tests of lesson 10's statistics kernel (`count_finite`, `moments`, `merge_moments`, `StatsRecorder`) against an exact
-reference in rational arithmetic: random tensors mixing huge, tiny, subnormal, NaN and Inf values, in every float dtype,
-random batch splits. Counts must be exact; means and sums of squares within the rounding of the dtype they are summed in."""
+"""Property tests of the statistics core (`batch_moments`, `Moments.fold`, `Recorder`) against references in exact rational
+arithmetic and in numpy float64, on random tensors mixing huge, tiny, subnormal, NaN and Inf values in every float dtype, and on
+structured tensors (NaN columns, NaN every k-th value, heads unlike tails, outliers at the last index, constants), with the
+compiled CPU loops and with the torch ops that other devices run. Every number is exact or within its stated tolerance."""
 import math
 from fractions import Fraction
 import numpy as np, torch, pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from miniai.kernel import count_finite, moments, merge_moments, moments_dict, StatsRecorder, count_syncs, fused_kernel
+from miniai.kernel import batch_moments, row_moments, Moments, FIELDS, Recorder, count_syncs, fused_kernel
+from miniai.sketch import SketchRecorder
 import miniai.kernel as K
 
 settings.register_profile('kernel', max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -16,6 +18,7 @@ SPECIAL = {torch.float32: [3.4e38, -3.4e38, 1e38, 1e-45, -1e-45, 1e-38, 1e20, 1e
            torch.float16: [65504., -65504., 6e-8, 1e-4, 0.],
            torch.bfloat16: [3.38e38, -3.38e38, 1e-40, 1e20, 0.]}
 BAD = [math.nan, math.inf, -math.inf]
+PATHS = pytest.mark.parametrize('fused', [True, False], ids=['loops', 'torch'])
 
 def values(dtype, min_size=1, max_size=200):
     width = {torch.float64: 64, torch.float32: 32}.get(dtype, 32)
@@ -26,62 +29,119 @@ def values(dtype, min_size=1, max_size=200):
 
 DTYPES = st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16])
 
-def _float(q):
-    try: return float(q)
-    except OverflowError: return math.inf if q > 0 else -math.inf
-
-def ref(x):
-    "Exact: finite count, NaN/Inf count, mean, m2, min, max, sum |x|, sum x^2 of the finite values (as the kernel sees them)."
-    v = x.double().tolist()   # half types are upcast exactly
+def ref(x, low=0.25, high=10.):
+    "Exact statistics of `x` (as the kernel sees it: half types upcast exactly) in rational arithmetic."
+    v = x.double().tolist()
     f = [Fraction(a) for a in v if math.isfinite(a)]
-    if not f: return dict(n=0, bad=len(v))
-    mean = sum(f) / len(f)
-    return dict(n=len(f), bad=len(v) - len(f), mean=mean, m2=sum((a - mean)**2 for a in f), min=min(f), max=max(f),
-                abs=sum(abs(a) for a in f), sq=sum(a*a for a in f))
+    r = dict(count=len(f), nan=sum(a != a for a in v), posinf=sum(a == math.inf for a in v), neginf=sum(a == -math.inf for a in v),
+             zeros=sum(a == 0 for a in v), low=sum(abs(a) < low for a in f), high=sum(abs(a) >= high for a in f))
+    if f:
+        mean = sum(f) / len(f)
+        r.update(mean=mean, m2=sum((a - mean)**2 for a in f), min=min(f), max=max(f), abs=sum(abs(a) for a in f))
+    return r
 
-def eps_of(x, precise):
-    "Relative rounding bound of the kernel's sums for `x` (half types are summed in float32)."
-    return 1e-13 if precise or x.dtype == torch.float64 else 1e-6
-
-def check(m, r, eps):
-    n, bad, mean, m2, mn, mx = m
-    assert (n, bad) == (r['n'], r['bad'])
-    if not r['n']: return
-    assert (Fraction(mn), Fraction(mx)) == (r['min'], r['max'])
-    # the mean within eps of the mean |x|; m2 within eps of the sum of squares (both exact references)
-    assert abs(Fraction(mean) - r['mean']) <= Fraction(eps) * r['abs'] / r['n'] + Fraction(2.**-1074), (mean, _float(r['mean']))
-    if math.isinf(m2): assert Fraction(eps) * r['sq'] > Fraction(2**1023) or r['m2'] > Fraction(2**1023); return   # beyond float64
-    assert abs(Fraction(m2) - r['m2']) <= Fraction(eps) * r['sq'] + Fraction(2.**-1074) * r['n'], (m2, _float(r['m2']))
+def check(m, r):
+    "Counts, min and max exact; the mean within float64 rounding of the sum; m2 within 1e-9 relative (plus what float64 subnormals lose)."
+    d = dict(zip(FIELDS, m.t.tolist()))
+    assert [d[k] for k in ('count', 'nan', 'posinf', 'neginf', 'zeros', 'low', 'high')] == \
+           [r[k] for k in ('count', 'nan', 'posinf', 'neginf', 'zeros', 'low', 'high')]
+    if not r['count']:
+        assert (d['min'], d['max']) == (math.inf, -math.inf); return
+    assert (Fraction(d['min']), Fraction(d['max'])) == (r['min'], r['max'])
+    n = r['count']
+    tiny = Fraction(2.**-1074)
+    assert abs(Fraction(d['mean']) - r['mean']) <= Fraction(1, 10**13) * r['abs'] / n + tiny, (d['mean'], float(r['mean']))
+    if r['min'] == r['max']: assert d['m2'] == 0 and Fraction(d['mean']) == r['min']; return   # a constant
+    if r['m2'] > Fraction(2**1023): assert d['m2'] >= 2.**1020; return                          # beyond float64
+    assert abs(Fraction(d['m2']) - r['m2']) <= Fraction(1, 10**9) * r['m2'] + 4 * tiny * n, (d['m2'], float(r['m2']))
 
 @given(DTYPES.flatmap(values), st.booleans())
-def test_moments_exact_counts_and_moments(x, precise):
-    m = moments(x, precise=precise).tolist()
-    assert isinstance(count_finite(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x).item(), float)
-    check(m, ref(x), eps_of(x, precise))
-    d = moments_dict(torch.tensor(m, dtype=torch.float64))   # reading never raises, whatever the values
-    assert d['count'] == m[0] and d['nonfinite'] == m[1]
+def test_batch_moments_exact_against_rationals(x, fused):
+    with fused_kernel(fused): m = batch_moments(x)
+    check(m, ref(x))
+    d = m.to_dict()                                   # reading never raises, whatever the values
+    assert d['nonfinite'] == d['nan'] + d['posinf'] + d['neginf']
 
-@given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: st.tuples(values(d, 2), st.data())))
-def test_merge_of_random_splits_is_one_batch(args):
+@given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: st.tuples(values(d, 2), st.data())), st.booleans())
+def test_fold_of_random_splits_is_one_batch(args, fused):
     x, data = args
     cuts = sorted(data.draw(st.lists(st.integers(1, len(x) - 1), max_size=4, unique=True)))
     parts = [p for p in torch.tensor_split(x, cuts) if p.numel()]
-    merged = moments(parts[0], precise=True)
-    for p in parts[1:]: merged = merge_moments(merged, moments(p, precise=True))
-    r = ref(x)
-    check(merged.tolist(), r, 1e-12)
+    with fused_kernel(fused): m = Moments.stack([batch_moments(p) for p in parts]).fold()
+    check(m, ref(x))
 
-def test_count_finite_is_exact_beyond_float32_integers():
-    x = torch.zeros(2**24 + 3); x[::7] = math.nan; x[5] = math.inf
-    assert count_finite(x).item() == x.numel() - int((~torch.isfinite(x)).sum())
+@given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: values(d, max_size=300)))
+def test_loops_and_torch_ops_agree(x):
+    "Counts, min and max identical on both paths; mean and m2 to rounding."
+    with fused_kernel(True): a = batch_moments(x).t
+    with fused_kernel(False): b = batch_moments(x).t
+    exact = [FIELDS.index(k) for k in FIELDS if k not in ('mean', 'm2')]
+    assert a[exact].tolist() == b[exact].tolist()
+    for i in (FIELDS.index('mean'), FIELDS.index('m2')):
+        if math.isfinite(b[i]): assert math.isclose(a[i], b[i], rel_tol=1e-9, abs_tol=1e-300) or abs(a[i] - b[i]) <= 1e-13 * x.double().nan_to_num(0, 0, 0).abs().max()
 
-@given(st.lists(st.tuples(st.integers(1, 300), st.sampled_from(['normal', 'nan', 'inf', 'huge', 'tiny', 'allnan', 'zeros'])),
-                min_size=1, max_size=8), st.integers(0, 2**31), st.booleans())
-@settings(max_examples=60)
-def test_recorder_counts_exact_moments_exact_or_flagged(batches, seed, fused):
-    "Per batch: the NaN/Inf count is exact; mean and std are exact unless flagged as estimated, and estimated ones lie within their bound; with the CPU one-pass kernel and with the torch ops a GPU runs."
+
+# ----- structured tensors, against numpy float64 (two-pass), both paths
+
+def structured():
+    g = torch.Generator().manual_seed(7)
+    def rn(*s, dtype=torch.float32): return torch.randn(*s, generator=g, dtype=dtype)
+    y = rn(5000, 4) + 5; y[:, 0] = math.nan; yield 'NaN column', y
+    for k in (2, 3, 5, 8, 64, 4095, 4096, 4097, 20_000):
+        t = rn(60_000); t[::k] = math.nan; yield f'NaN every {k}', t
+    t = torch.zeros(300_000); t[200_001:] = rn(99_999) + 5; t[-7] = math.nan; yield 'head 0, tail 5', t
+    t = torch.ones(100_000); t[-1] = 3e38; yield 'outlier at the last index', t
+    t = rn(100_000); t[-1] = -3e38; yield 'negative outlier at the last index', t
+    for mean in (1e3, 1e5, 1e7): yield f'mean/std {mean:g}', rn(100_000, dtype=torch.float64) + mean
+    yield '1000 + 0.01 randn', rn(100_000) * 0.01 + 1000
+    yield 'float64 beyond float32', rn(50_000, dtype=torch.float64) * 1e150   # m2 must fit a float64: std up to ~1e150
+    yield 'float64 tiny', rn(50_000, dtype=torch.float64) * 1e-150
+    yield 'subnormals', (rn(50_000) * 1e-42)
+    t = rn(50_000).relu(); t[::3] = math.inf; t[1::7] = -math.inf; yield 'Inf both signs', t
+
+CASES = list(structured())
+
+@PATHS
+@pytest.mark.parametrize('case', range(len(CASES)), ids=[c[0] for c in CASES])
+def test_structured_against_numpy(case, fused):
+    name, x = CASES[case]
+    with fused_kernel(fused): d = batch_moments(x).to_dict()
+    a = x.double().numpy().ravel()
+    fin = a[np.isfinite(a)]
+    assert (d['count'], d['nan'], d['posinf'], d['neginf']) == (fin.size, np.isnan(a).sum(), (a == np.inf).sum(), (a == -np.inf).sum())
+    assert (d['min'], d['max']) == (fin.min(), fin.max())
+    assert (d['zeros'], d['low'], d['high']) == ((a == 0).sum(), (np.abs(fin) < 0.25).sum(), (np.abs(fin) >= 10).sum())
+    mean = fin.mean()
+    assert abs(d['mean'] - mean) <= 1e-6 * abs(mean) + 1e-12 * np.abs(fin).max(), (name, d['mean'], mean)
+    with np.errstate(over='ignore'): std = (fin / np.abs(fin).max()).std(ddof=1) * np.abs(fin).max()   # no overflow
+    assert abs(d['std'] - std) <= 1e-6 * std, (name, d['std'], std)
+
+@PATHS
+@pytest.mark.parametrize('v', [0., 1., -1., 12345.678, -3e38, 3e38, 1e-45, 1e-40], ids=str)
+def test_constants_have_std_exactly_zero(v, fused):
+    for n in (1, 2, 4095, 4097, 100_000):
+        with fused_kernel(fused): d = batch_moments(torch.full((n,), v)).to_dict()
+        assert d['mean'] == torch.tensor(v).item() and d['m2'] == 0 and (n == 1 or d['std'] == 0), (v, n, d)
+        fold = Moments.stack([batch_moments(torch.full((n,), v))] * 3).fold().to_dict()
+        assert fold['m2'] == 0 and fold['mean'] == torch.tensor(v).item()
+
+def test_row_moments_rows_are_batch_moments():
+    a = torch.randn(7, 3000) * torch.arange(1., 8.)[:, None] + 100; a[3, ::5] = math.nan
+    for fused in (True, False):
+        with fused_kernel(fused):
+            rows, each = row_moments(a), torch.stack([batch_moments(r).t for r in a])
+        torch.testing.assert_close(rows.t, each, rtol=1e-12, atol=0)
+
+
+# ----- the recorder
+
+@given(st.lists(st.tuples(st.integers(1, 40_000), st.sampled_from(['normal', 'nan', 'inf', 'huge', 'tiny', 'allnan', 'zeros', 'headtail'])),
+                min_size=1, max_size=6), st.integers(0, 2**31), st.booleans())
+@settings(max_examples=40)
+def test_recorder_numbers_are_exact(batches, seed, fused):
+    "Per batch, with a small sample so most batches are sampled: NaN/Inf counts, means, stds and the dead and overflow fractions of every value; the histogram's first and last bins are the exact counts and it sums to the finite count; no host sync."
     g = torch.Generator().manual_seed(seed)
-    rec, xs = StatsRecorder(sample=64), []   # a small sample, so that most batches take the sampled path
+    rec, xs = Recorder(sample=256), []
     with count_syncs() as cs, fused_kernel(fused):
         for n, kind in batches:
             x = torch.randn(n, generator=g) * 3 + 1
@@ -91,121 +151,66 @@ def test_recorder_counts_exact_moments_exact_or_flagged(batches, seed, fused):
             if kind == 'tiny': x = x * 1e-30
             if kind == 'allnan': x[:] = math.nan
             if kind == 'zeros': x[:] = 0.
-            rec.record(x); xs.append((x, kind))
+            if kind == 'headtail': x[: n // 2] = 0
+            rec.record(x); xs.append(x)
     assert cs.n == 0
-    means, stds, est, err = rec.means.double(), rec.stds.double(), rec.estimated, rec.errors
-    for i, (x, kind) in enumerate(xs):
-        f = x[torch.isfinite(x)].double()
-        assert rec.nonfinite[i].item() == x.numel() - f.numel()
-        if kind in ('normal', 'zeros') or x.numel() <= 64: assert not est[i], (i, kind)   # healthy batches are never estimated
-        if kind == 'huge' and fused: assert not est[i], i   # float64 sums hold squares of 1e30
-        if not f.numel(): assert math.isnan(means[i]); continue
-        tm, ts = f.mean().item(), (f.std().item() if f.numel() > 1 else math.nan)
-        scale = f.abs().max().item()
-        if not est[i]:
-            assert abs(means[i] - tm) <= 1e-5 * scale, (i, kind, means[i], tm)
-            if f.numel() > 1: assert abs(stds[i] - ts) <= 1e-3 * ts + 1e-5 * scale, (i, kind, stds[i], ts)
-        else:   # a statistical bound (3 standard errors, see test_estimated_bounds_are_calibrated): far outside it is a bug
-            assert abs(means[i] - tm) <= 3 * err['mean'][i] + 1e-6 * scale, (i, kind, means[i], tm, err['mean'][i])
-            assert abs(stds[i] - ts) <= 3 * err['std'][i] + 1e-6 * scale, (i, kind, stds[i], ts, err['std'][i])
-    # the histograms' finite bins add up to each batch's exact finite count
-    fin = torch.tensor([int(torch.isfinite(x).sum()) for x, _ in xs], dtype=torch.float32)
-    assert torch.allclose(rec.hists.sum(1), fin, rtol=1e-4)
+    for i, x in enumerate(xs):
+        a = x.double().numpy(); fin = a[np.isfinite(a)]
+        assert rec.nonfinite[i].item() == a.size - fin.size
+        if not fin.size: assert math.isnan(rec.means[i]) and math.isnan(rec.dead[i]); continue
+        assert abs(rec.means[i].item() - fin.mean()) <= 1e-9 * np.abs(fin).max()
+        if fin.size > 1: assert abs(rec.stds[i].item() - fin.std(ddof=1)) <= 1e-9 * fin.std(ddof=1) + 1e-300
+        assert rec.dead[i].item() == (np.abs(fin) < 0.25).sum() / fin.size
+        assert rec.saturated[i].item() == (np.abs(fin) >= 10).sum() / fin.size
+        h = rec.hists[i].double()
+        assert h[0].item() == (np.abs(fin) < 0.25).sum() and h[-1].item() == (np.abs(fin) >= 10).sum()
+        assert math.isclose(h.sum().item(), fin.size, rel_tol=1e-5)
 
-def test_estimated_bounds_are_calibrated():
-    "Batches with NaN: the estimated mean and std lie within their stated bound (3 standard errors) in at least 97% of batches."
-    g = torch.Generator().manual_seed(0)
-    rec, xs = StatsRecorder(sample=1024), []
-    for i in range(300):
-        x = torch.randn(8192, generator=g) * (1 + i % 7) + (i % 5) - 2
-        x[torch.randperm(8192, generator=g)[:400]] = math.nan
-        rec.record(x); xs.append(x[torch.isfinite(x)].double())
-    assert rec.estimated.all()
-    err = rec.errors
-    inside_mean = [abs(rec.means[i].item() - f.mean().item()) <= err['mean'][i].item() for i, f in enumerate(xs)]
-    inside_std = [abs(rec.stds[i].item() - f.std().item()) <= err['std'][i].item() for i, f in enumerate(xs)]
-    assert sum(inside_mean) >= 0.97 * len(xs) and sum(inside_std) >= 0.97 * len(xs), (sum(inside_mean), sum(inside_std))
-    assert rec.nonfinite.tolist() == [400] * 300
+def test_histogram_sample_spans_the_whole_tensor():
+    "A tensor whose head is 0 and whose tail is 5 +- 1: the middle bins come from the tail, in every one of the sample tables."
+    x = torch.zeros(16384 * 3 - 5); x[30_000:] = torch.randn(x.numel() - 30_000) * 0.5 + 5
+    for row in range(K._TABLE_ROWS):
+        idx = K._sample_table(x.numel(), 16384, x.device, K._RUN)[row]
+        assert idx.max() + K._RUN >= x.numel() - 2 * x.numel() / (16384 // K._RUN)
+        raw = K.sample_bins(x, idx=idx, run=K._RUN)
+        assert raw[1:-2].sum() > 0.3 * 16384   # about 37% of the values are in the tail
 
+def test_exact_recorder_bins_every_value():
+    x = torch.randn(100_000) * 3
+    rec = Recorder(exact=True); rec.record(x)
+    ref = np.bincount(np.minimum(np.floor(np.abs(x.double().numpy()) * 4), 40).astype(int), minlength=41)
+    assert rec.hists[0].tolist() == ref.tolist()
 
-# ----- RunningStats: the run-wide recorder
-
-from miniai.kernel import RunningStats
-
-@given(DTYPES.flatmap(lambda d: values(d, max_size=120)), st.lists(st.integers(0, 120), max_size=5))
-def test_running_stats_small_batches_exact(x, cuts):
-    "Batches of at most `sample` values are kept whole: counts, min and max exact, mean and m2 as the reference, any split."
-    cuts = sorted({min(c, len(x)) for c in cuts} | {0, len(x)})
-    rs = RunningStats(sample=256)
-    rs.flush_every = 3                                # several folds even for a few batches
-    with count_syncs() as cs:
-        for a, b in zip(cuts, cuts[1:]):
-            if b > a: rs.record(x[a:b].float() if x.dtype in (torch.float16, torch.bfloat16) else x[a:b])
-    assert cs.n == 0
-    r, e = rs.read(), ref(x)
-    assert (r['count'], r['nonfinite']) == (e['n'], e['bad'])
-    assert r['est_batches'] == r['minmax_est_batches'] == r['sampled'] == 0
-    if e['n']:
-        assert (Fraction(r['min']), Fraction(r['max'])) == (e['min'], e['max'])
-        scale = max(abs(e['min']), abs(e['max'])) or 1
-        # plus half the smallest float64 subnormal: a mean between two subnormals is not representable ([0, 2^-1074])
-        assert abs(Fraction(r['mean']) - e['mean']) <= Fraction(1, 10**12) * scale + Fraction(2.**-1074) / 2
-        assert r['mean_error'] == 0
-
-
-@settings(max_examples=25)
-@given(st.integers(0, 2**31), st.sampled_from([0., 0.01, 0.3]), st.sampled_from([1., 1e30]), st.booleans())
-def test_running_stats_sampled_within_bounds(seed, bad_frac, scale, fused):
-    "Large batches: exact counts; mean and std within the stated bounds, whether from the raw sums or (NaN/Inf, overflow of torch's float32 sums) the sample."
-    g = torch.Generator().manual_seed(seed)
-    xs = [(torch.randn(40_000, generator=g) * scale + scale) for _ in range(5)]
-    for x in xs[::2]: x[torch.rand(40_000, generator=g) < bad_frac] = math.nan
-    rs = RunningStats(sample=4096)
+@pytest.mark.parametrize('fused', [True, False])
+def test_run_wide_fold_equals_one_batch(fused):
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(int(n), generator=g) * (1 + i) + 1000 for i, n in enumerate(torch.randint(1, 50_000, (150,), generator=g))]
+    xs[10][::3] = math.nan
     with fused_kernel(fused):
-        for x in xs: rs.record(x)
-    r = rs.read()
-    allx = torch.cat(xs).double()
-    fin = allx[allx.isfinite()]
-    assert (r['count'], r['nonfinite']) == (fin.numel(), allx.numel() - fin.numel())
-    assert abs(r['mean'] - fin.mean().item()) <= r['mean_error'] + 1e-12 * scale
-    assert abs(r['std'] - fin.std().item()) <= r['std_error'] + 1e-12 * scale
-    assert (r['est_batches'] > 0) == (bad_frac > 0 or (scale > 1e19 and not fused))
-    if not bad_frac: assert (r['min'], r['max']) == (fin.min().item(), fin.max().item())
+        run = Recorder(fold=True, zeros=True)
+        run.fold_every = 7
+        for x in xs: run.record(x)
+        whole = batch_moments(torch.cat(xs)).to_dict()
+    t = run.total.to_dict()
+    for k in ('count', 'nan', 'zeros', 'low', 'high', 'min', 'max'): assert t[k] == whole[k], k
+    assert math.isclose(t['mean'], whole['mean'], rel_tol=1e-12) and math.isclose(t['m2'], whole['m2'], rel_tol=1e-9)
 
-
-# ----- the CPU one-pass kernel against the torch ops and float64 numpy
-
-@given(DTYPES.flatmap(lambda d: values(d, max_size=300)), st.booleans())
-def test_fused_sums_match_torch_and_numpy(x, minmax):
-    "`_raw_sums` on the CPU (numba, float32) and with the torch ops: the same count, NaN exactly where torch has NaN/Inf, sums within float32 rounding of numpy's float64 ones, min/max exact."
-    x = x.float().contiguous()          # what `_as_float` hands the kernel (half types upcast; float64 inputs take the torch ops)
-    with fused_kernel(True): got = K._raw_sums(x, minmax)
-    with fused_kernel(False): ref = K._raw_sums(x, minmax).double()
-    a = x.double().numpy()
-    fin = np.isfinite(a)
-    assert got[2].item() == ref[2].item() == fin.sum()
-    if not fin.all():
-        assert got[[0, 1, 3, 4] if minmax else [0, 1]].isnan().all()
-        return
-    with np.errstate(over='ignore'):
-        s, q = a.sum(), (a * a).sum()   # float64: float32 values cannot overflow it
-    assert abs(got[0].item() - s) <= 1e-12 * np.abs(a).sum() and abs(got[1].item() - q) <= 1e-12 * q
-    if minmax: assert got[3:].tolist() == [a.min(), a.max()] == ref[3:].tolist()
-
-
-@pytest.mark.skipif(not K._HAVE_NUMBA, reason='numba is not installed')
-def test_fused_count_at_the_float32_extremes():
-    "The CPU loop counts NaN/Inf only when its float64 sum of squares is not finite: the largest float32 values keep it finite, and one Inf, -Inf or NaN among them is counted exactly."
-    big = np.finfo(np.float32).max
-    x = torch.tensor([big, -big] * 5000 + [1e-45, -1e-45, 0.], dtype=torch.float32)
-    with fused_kernel(True): r = K._raw_sums(x, minmax=True)
-    assert r[2].item() == x.numel() and torch.isfinite(r).all()
-    assert math.isclose(r[1].item(), 10000 * float(big) ** 2, rel_tol=1e-12) and abs(r[0].item()) <= 2e-45
-    assert r[3:].tolist() == [-float(big), float(big)]
-    for bad in (float('inf'), float('-inf'), float('nan')):
-        y = x.clone(); y[7] = bad; y[9] = bad
-        with fused_kernel(True): r = K._raw_sums(y, minmax=True)
-        assert r[2].item() == x.numel() - 2 and r[[0, 1, 3, 4]].isnan().all()
+def test_sketch_weights_sum_to_the_exact_count():
+    "Sampled batches feed the sketch with weights: the sketch's total is the exact finite count, and its percentiles are near numpy's."
+    g = torch.Generator().manual_seed(2)
+    xs = [torch.randn(100_000, generator=g) for _ in range(8)]
+    xs[3][::11] = math.nan
+    run = SketchRecorder()
+    for x in xs: run.record(x)
+    run.flush()
+    allx = torch.cat(xs).numpy(); fin = allx[np.isfinite(allx)]
+    assert math.isclose(run.sketch.counts.sum().item(), fin.size, rel_tol=1e-9)
+    k, w, w2 = run.sampling.tolist()
+    assert 7 * 16384 < k <= 8 * 16384 and w2 >= w * w / k
+    assert math.isclose(w, fin.size, rel_tol=1e-9)
+    est = run.sketch.quantiles([5, 50, 95], float(fin.min()), float(fin.max()))
+    ref = np.percentile(fin, [5, 50, 95])
+    assert np.all(np.abs(np.array(est) - ref) <= 0.03 * np.abs(ref) + 0.02), (est, ref)
 
 
 def test_hooks_on_the_device_path_never_sync():
@@ -228,3 +233,39 @@ def test_hooks_on_the_device_path_never_sync():
             Learner(model, fashion_dls(256), F.cross_entropy, lr=0.1, cbs=[TrainCB(), Stop(), ActivationStats(nn.Conv2d)]).fit(1, valid=False)
         return cs.n
     assert run(False) == run(True) == 3   # the DataLoader's sampler reads 3 host values per epoch; the hooks none
+
+
+class Emit(torch.nn.Module):
+    "A layer whose output is a fixed structured tensor, whatever its input."
+    def __init__(self, t): super().__init__(); self.t = t
+    def forward(self, x): return self.t.clone()
+
+@PATHS
+def test_diagnose_reads_every_value(fused):
+    "Lesson 10's table on structured layers: a dead layer whose tail is alive, a NaN column, and an exploding outlier at the last index (the torch path too)."
+    from miniai.activations import ActivationStats, get_min, main_recorder
+    from miniai.learner import Learner
+    g = torch.Generator().manual_seed(3)
+    dead = torch.zeros(300_000); dead[243_000:] = torch.randn(57_000, generator=g) + 5; dead[-1] = math.nan
+    nancol = torch.randn(5000, 4, generator=g) + 5; nancol[:, 0] = math.nan
+    boom = torch.ones(100_000); boom[-1] = 3e38
+    net = torch.nn.ModuleDict(dict(dead=Emit(dead), nancol=Emit(nancol), boom=Emit(boom)))
+    a = ActivationStats(layers=list(net.values()))
+    learn = Learner(net, [[(torch.zeros(1),)]], cbs=[a]); learn.model = net   # drive the hooks by hand
+    a.learn = learn; a.before_fit()
+    for h, name in zip(a.hooks, net): h.name = name
+    with fused_kernel(fused), count_syncs() as cs:
+        for _ in range(3):
+            a.before_batch(); [m(None) for m in net.values()]; a.after_batch()
+    a.cleanup_fit()
+    assert cs.n == 0
+    rows = {r['layer']: r for r in a.diagnose()}
+    fin = dead[dead.isfinite()].double()
+    assert rows['dead']['dead'] == (fin.abs() < 0.25).double().mean().item() > 0.8 and 'dead' in rows['dead']['flags']
+    assert get_min(a.hooks[0]).tolist() == [pytest.approx((fin.abs() < 0.25).double().mean().item(), rel=1e-7)] * 3
+    assert rows['dead']['std'] == pytest.approx(fin.std().item(), rel=1e-9) and rows['dead']['nonfinite'] == 3
+    f = nancol[:, 1:].double()
+    assert rows['nancol']['mean'] == pytest.approx(f.mean().item(), rel=1e-12) and rows['nancol']['std'] == pytest.approx(f.std().item(), rel=1e-9)
+    assert rows['boom']['std'] == pytest.approx(boom.double().std().item(), rel=1e-9)
+    assert 'exploding' in rows['boom']['flags'] and 'vanishing' not in rows['boom']['flags']
+    assert main_recorder(a.hooks[2]).moments.max.tolist() == [boom[-1].item()] * 3

@@ -317,3 +317,180 @@ def test_all_reduce_refuses_different_configs(tmp_path):
         res = json.loads((tmp_path/f'rank{r}.json').read_text())
         assert 'histogram_bins (10 vs 20)' in res['err'] or 'histogram_bins (20 vs 10)' in res['err'], res
         assert res['kept']
+
+
+# ----- structured inputs against numpy float64: everything but the percentiles and the histogram is exact, however
+# the NaN fall, however large the batch (sampled for the sketch or not), with the compiled loops and with the torch ops
+
+import contextlib
+import miniai.kernel
+from miniai.kernel import FIELDS
+
+EXACT_FIELDS = {'count', 'nonfinite', 'mean', 'std', 'min', 'max', 'sparsity_ratio'}
+STRUCT = dict(collect_percentiles=[1, 50, 99], collect_histogram=True, histogram_bins=20, collect_sparsity=True, max_samples=None)
+
+@pytest.fixture(params=[True, False], ids=['fused', 'torch-ops'])
+def fused(request):
+    "Run the test with the compiled CPU loops, then with the torch ops other devices run."
+    with miniai.kernel.fused_kernel(request.param): yield request.param
+
+def _ref(x):
+    ref = x.double().numpy().ravel()
+    return ref, ref[np.isfinite(ref)]
+
+def check_exact(o, x, std_rtol=1e-12):
+    "`o` (TensorStatistics of tensor `x`) against numpy float64: counts, NaN, min/max, zeros exactly; mean/std to `std_rtol`; errors 0, never estimated; sampled percentiles within their bounds."
+    ref, fin = _ref(x)
+    assert (o.count, o.nonfinite) == (len(fin), len(ref) - len(fin))
+    assert (o.min, o.max) == (fin.min(), fin.max())
+    scale = np.abs(fin).max()
+    assert abs(o.mean - fin.mean()) <= 1e-12 * scale, (o.mean, fin.mean())
+    ref_std = fin.std(ddof=1)
+    assert abs(o.std - ref_std) <= std_rtol * ref_std + 1e-300, (o.std, ref_std)
+    assert o.sparsity_ratio == (fin == 0).sum() / len(fin)
+    assert o.errors == dict(mean=0., std=0., sparsity_ratio=0.)
+    assert not EXACT_FIELDS & set(o.estimated) and set(o.estimated) <= {'percentiles', 'histogram'}
+    assert 'estimated' not in o.reasons and 'min' not in o.reasons and 'max' not in o.reasons
+    assert sum(o.histogram['counts']) == len(fin)
+    assert (set(o.estimated) == {'percentiles', 'histogram'}) == (o.histogram['sampling_error'] > 0)
+    for p, r in zip(STRUCT['collect_percentiles'], np.percentile(fin, STRUCT['collect_percentiles'])):
+        lo, hi = o.percentile_bounds[p]
+        assert lo <= r <= hi, (p, lo, r, hi)
+    strict_json(o.to_dict())
+
+def _stats(x, batches=1, **kw):
+    "Output statistics of `x` recorded in `batches` batches (split along the first dimension)."
+    c = StatisticsCollector(StatisticsConfig(**{**STRUCT, **kw}))
+    for ch in x.chunk(batches): c.update_statistics('m', None, ch)
+    return c.get_statistics('m').output_stats
+
+
+def test_nan_column_of_an_output(fused):
+    "A [5000, 4] output whose first column is NaN: the mean and std of the other 15000 values, the NaN counted exactly."
+    class NanColumn(nn.Module):
+        def forward(self, x):
+            y = x.clone(); y[:, 0] = math.nan
+            return y
+    model = nn.Sequential(nn.Linear(4, 4), NanColumn())
+    x = torch.randn(5000, 4, generator=torch.Generator().manual_seed(0))
+    hook = ActivationStatisticsHook(StatisticsConfig(**STRUCT))
+    with hook.attach(model, layers=[model[1]]), torch.no_grad(): out = model(x)
+    st = hook.get_statistics('1')
+    assert (st.output_stats.count, st.output_stats.nonfinite) == (15000, 5000)
+    check_exact(st.output_stats, out)
+    check_exact(st.input_stats, model[0](x).detach())
+    assert st.output_stats.estimated == ['percentiles', 'histogram']        # 20,000 values: the sketch got a sample
+    for batches in (3, 5000):                                               # split: the same exact numbers
+        check_exact(_stats(out, batches), out)
+
+
+@pytest.mark.parametrize('k', [2, 3, 8, 64, 4097])
+def test_nan_every_kth_value(k, fused):
+    x = torch.randn(60_000, generator=torch.Generator().manual_seed(k)) * 3 + 1
+    x[::k] = math.nan
+    for batches in (1, 7):
+        o = _stats(x, batches)
+        assert o.nonfinite == len(range(0, 60_000, k))
+        check_exact(o, x)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(k=st.integers(2, 5000), offset=st.integers(0, 5000), n=st.integers(2, 40_000), width=st.sampled_from([32, 64]),
+       loc=st.floats(-1e6, 1e6), scale=st.floats(1e-3, 1e3), seed=st.integers(0, 2**16))
+def test_nan_every_kth_value_property(fused, k, offset, n, width, loc, scale, seed):
+    "Any stride and offset of NaN, in any size of float32 or float64 batch: the same exact statistics."
+    x = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale + loc
+    x = x.to(torch.float32 if width == 32 else torch.float64)
+    x[offset % n::k] = math.nan
+    if len(_ref(x)[1]) < 2: return
+    o = _stats(x)
+    ref, fin = _ref(x)
+    assert (o.count, o.nonfinite, o.min, o.max) == (len(fin), len(ref) - len(fin), fin.min(), fin.max())
+    assert abs(o.mean - fin.mean()) <= 1e-12 * np.abs(fin).max()
+    assert abs(o.std - fin.std(ddof=1)) <= 1e-10 * fin.std(ddof=1)
+    assert o.errors == dict(mean=0., std=0., sparsity_ratio=0.) and not EXACT_FIELDS & set(o.estimated)
+
+
+def test_zero_head_and_tail_with_one_nan(fused):
+    "A head of exact zeros, a tail of 5 ± 1, one NaN: mean, std and sparsity exact, whole or in batches."
+    g = torch.Generator().manual_seed(5)
+    x = torch.cat([torch.zeros(30_000), 5 + (torch.rand(20_000, generator=g) * 2 - 1)])
+    x[31_234] = math.nan
+    for batches in (1, 4, 50):
+        o = _stats(x, batches)
+        assert o.sparsity_ratio == 30_000 / 49_999 and o.nonfinite == 1
+        check_exact(o, x)
+
+
+@pytest.mark.parametrize('value', [12345.678, -3e38])
+@pytest.mark.parametrize('n', [100, 50_000])
+def test_constant_tensors(value, n, fused):
+    "A constant, small or sampled, even at -3e38 (squares beyond float32): std exactly 0, mean exactly the value."
+    x = torch.full((n,), value)
+    c = float(x[0].double())
+    for batches in (1, 3):
+        o = _stats(x, batches)
+        assert (o.count, o.mean, o.std, o.min, o.max, o.sparsity_ratio) == (n, c, 0., c, c, 0.)
+        assert o.percentiles == {1: c, 50: c, 99: c} and o.histogram['counts'] == [n]
+        assert o.errors == dict(mean=0., std=0., sparsity_ratio=0.)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.floats(width=32, allow_nan=False, allow_infinity=False) | st.sampled_from([-3e38, 12345.678, 1e-40]),
+       n=st.sampled_from([1000, 20_000]))
+def test_constant_tensors_property(fused, value, n):
+    "Any finite float32 constant (subnormals included): mean, min and max exactly the value, std exactly 0."
+    x = torch.full((n,), value)
+    c = float(x[0].double())
+    o = _stats(x)
+    assert (o.count, o.mean, o.std, o.min, o.max) == (n, c, 0., c, c)
+
+
+def test_large_mean_small_spread(fused):
+    "1000 + 0.01 * randn in float32: the std (1e-5 of the mean) from float64 moments, not lost to cancellation."
+    x = 1000 + 0.01 * torch.randn(200_000, generator=torch.Generator().manual_seed(6))
+    for batches in (1, 9):
+        o = _stats(x, batches)
+        check_exact(o, x, std_rtol=1e-6)
+        assert abs(o.std / x.double().numpy().std(ddof=1) - 1) <= 1e-9         # in fact far better than 1e-6
+
+
+def test_ones_and_one_huge_value_at_the_end(fused):
+    "Ones and a single 3e38 at the last index: the max is 3e38 and the std (about 3e38 / sqrt(n)) right."
+    for n in (1000, 100_000):
+        x = torch.ones(n); x[-1] = 3e38
+        o = _stats(x)
+        check_exact(o, x, std_rtol=1e-12)
+        assert o.max == float(np.float32(3e38))
+
+
+def test_state_dict_version_3_by_field_name():
+    c = StatisticsCollector(StatisticsConfig(collect_sparsity=True))
+    c.update_statistics('m', None, torch.randn(50_000))             # sampled: a sampling record
+    sd = strict_json(c.state_dict())
+    assert sd['version'] == 3
+    s = sd['streams'][0]
+    assert list(s['moments']) == list(FIELDS) and set(s['sampling']) == {'sampled', 'weight', 'weight_sq'}
+    assert all(type(v) is float for v in s['sketch']['count'])
+    back = StatisticsCollector().load_state_dict(sd)
+    assert back.state_dict() == sd and back.export_statistics() == c.export_statistics()
+    for v in (2, 4, None, '3'):
+        with pytest.raises(ValueError, match=f'state version {v!r} is not supported'):
+            StatisticsCollector().load_state_dict({**sd, 'version': v})
+    bad = json.loads(json.dumps(sd)); del bad['streams'][0]['moments']['m2']
+    with pytest.raises(ValueError, match='moments'): StatisticsCollector().load_state_dict(bad)
+
+
+def test_merged_collectors_equal_one_over_sampled_batches(fused):
+    "Two collectors on alternate sampled batches merge into one process's counts, zeros and ranges exactly, mean and std to 1e-12."
+    g = torch.Generator().manual_seed(7)
+    batches = [(torch.randn(40_000, generator=g) * (1 + i)).relu() for i in range(6)]
+    batches[2][::5] = math.nan
+    cfg = StatisticsConfig(**STRUCT)
+    one, a, b = StatisticsCollector(cfg), StatisticsCollector(cfg), StatisticsCollector(cfg)
+    for i, x in enumerate(batches):
+        one.update_statistics('m', None, x); (a if i % 2 else b).update_statistics('m', None, x)
+    o, m = one.get_statistics('m').output_stats, a.merge(b).get_statistics('m').output_stats
+    assert (o.count, o.nonfinite, o.min, o.max, o.sparsity_ratio) == (m.count, m.nonfinite, m.min, m.max, m.sparsity_ratio)
+    assert abs(o.mean - m.mean) <= 1e-12 * abs(o.mean) and abs(o.std - m.std) <= 1e-12 * o.std
+    check_exact(m, torch.cat(batches))
