@@ -86,7 +86,7 @@ class ActivationStats(HooksCallback):
                  on_train=True, on_valid=False, *, mod_filter=None, mods=None, on_val=None):
         super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
         self.every, self.grads = every, grads
-        self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact)
+        self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max
 
     def before_fit(self, learn=None):
         super().before_fit(learn)

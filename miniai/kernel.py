@@ -55,7 +55,7 @@ class Moments:
     def std(self): return self.var.sqrt()
     def __repr__(self): return f"Moments({tuple(self.t.shape[:-1])}, {self.t.device})"
 
-# %% ../nbs/08_kernel.ipynb #b7d5ca14
+# %% ../nbs/08_kernel.ipynb #c982f5eb
 @patch
 def fold(self:Moments, dim=0):
     "The statistics of all rows along `dim` together (Chan's parallel formula)."
@@ -86,8 +86,8 @@ def to_dict(self:Moments):
     "One row as host Python numbers (one device read): counts as ints, `std` and `var` added, NaN where undefined."
     d = dict(zip(FIELDS, self.t.detach().cpu().tolist()))
     n = d['count']
-    for k in ('count', 'nan', 'posinf', 'neginf', 'low', 'high'): d[k] = int(d[k])
-    if d['zeros'] == d['zeros']: d['zeros'] = int(d['zeros'])
+    for k in ('count', 'nan', 'posinf', 'neginf', 'zeros', 'low', 'high'):
+        if d[k] == d[k]: d[k] = int(d[k])           # NaN: not counted (see `batch_moments`)
     d['nonfinite'] = d['nan'] + d['posinf'] + d['neginf']
     if not n: d.update(mean=math.nan, min=math.nan, max=math.nan)
     d['var'] = d['m2'] / (n - 1) if n > 1 else math.nan
@@ -148,18 +148,17 @@ def pow2_scale(amax):
     e = torch.frexp(torch.where(ok, amax, torch.ones_like(amax)))[1]
     return torch.ldexp(torch.ones_like(amax), (-torch.where(ok, e, 0)).clamp(max=1000))   # 2^1000: subnormals need no more
 
-# %% ../nbs/08_kernel.ipynb #49ec1c32
-def _moments_torch(x, low, high, zeros=True):
+# %% ../nbs/08_kernel.ipynb #2f3dd92d
+def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True):
     "`batch_moments` with torch ops on `x`'s device, along its last dim (one row per row of a 2-d `x`): about 25 ops, no host sync."
     c = _scratch(x.numel(), torch.float64, x.device, 0).view(x.shape).copy_(x)
     fin = torch.isfinite(c)
     def count(b): return b.sum(-1).double()
     n, nan = count(fin), count(torch.isnan(c))
     posinf, neginf = count(c == math.inf), count(c == -math.inf)
-    a = c.abs()
-    n_low = count(a < low)
-    n_high = count(a >= high) - posinf - neginf
-    n_zero = count(c == 0) if zeros else torch.full_like(n, math.nan)
+    skipped = torch.full_like(n, math.nan)
+    n_low, n_high = (count(c.abs() < low), count(c.abs() >= high) - posinf - neginf) if ranges else (skipped, skipped)
+    n_zero = count(c == 0) if zeros else skipped
     mn = torch.where(fin, c, math.inf).amin(-1)
     mx = torch.where(fin, c, -math.inf).amax(-1)
     s = pow2_scale(torch.maximum(mn.abs(), mx.abs()))    # 1 when there are no finite values
@@ -172,9 +171,10 @@ def _moments_torch(x, low, high, zeros=True):
     same = mn == mx                                      # a constant: its value, and m2 exactly 0
     mean = torch.where(same, mn, torch.where(n > 0, (mean_s + corr) / s, 0.))
     m2 = torch.where(same, 0., m2_s / s / s)
+    if not minmax: mn, mx = skipped, skipped
     return torch.stack([n, nan, posinf, neginf, mean, m2, mn, mx, n_zero, n_low, n_high], -1)
 
-# %% ../nbs/08_kernel.ipynb #2fcbd966
+# %% ../nbs/08_kernel.ipynb #ff8888f2
 _BLOCK = 4096
 
 def _minmax_loop(ints, uints):
@@ -185,18 +185,19 @@ def _minmax_loop(ints, uints):
         smin = min(smin, b); smax = max(smax, b); umax = max(umax, uints[i])
     return smin, smax, umax
 
-def _counts_loop(x, low, high, zeros):
-    "Values with |x| < low and |x| >= high (Inf included), and values equal to 0 when `zeros`, as float sums per block (exact)."
+def _counts_loop(x, low, high, zeros, ranges):
+    "Values with |x| < low and |x| >= high (Inf included) when `ranges`, and values equal to 0 when `zeros`, as float sums per block (exact)."
     one, nil = x.dtype.type(1), x.dtype.type(0)
     lo, hi = x.dtype.type(low), x.dtype.type(high)
     n_low = n_high = n_zero = 0.
     for st in range(0, x.size, 1 << 20):       # float32 sums of ones are exact below 2^24
         e = min(st + (1 << 20), x.size)
         l = h = z = nil
-        for i in range(st, e):
-            a = abs(x[i])
-            l += one if a < lo else nil
-            h += one if a >= hi else nil
+        if ranges:
+            for i in range(st, e):
+                a = abs(x[i])
+                l += one if a < lo else nil
+                h += one if a >= hi else nil
         if zeros:
             for i in range(st, e): z += one if x[i] == nil else nil
         n_low += l; n_high += h; n_zero += z
@@ -272,14 +273,16 @@ def _finite_minmax_loop(x):
             mn = min(mn, v); mx = max(mx, v)
     return mn, mx
 
-def _pass_loop(x, ints, uints, low, high, zeros, out):
-    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`."
+def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out):
+    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN)."
     _moments_loop(x, out)
-    n_low, n_high, n_zero = _counts_loop(x, low, high, zeros)
-    out[8] = n_zero if zeros else np.nan
-    out[9] = n_low
-    out[10] = n_high - out[2] - out[3]          # Inf is not a finite value beyond `high`
-    if out[1] + out[2] + out[3] > 0:            # NaN/Inf: their bits would spoil the integer min/max
+    out[6] = out[7] = out[8] = out[9] = out[10] = np.nan
+    if ranges or zeros:
+        n_low, n_high, n_zero = _counts_loop(x, low, high, zeros, ranges)
+        if zeros: out[8] = n_zero
+        if ranges: out[9], out[10] = n_low, n_high - out[2] - out[3]   # Inf is not a finite value beyond `high`
+    if not minmax: pass
+    elif out[1] + out[2] + out[3] > 0:          # NaN/Inf: their bits would spoil the integer min/max
         mn, mx = _finite_minmax_loop(x)
         out[6], out[7] = mn, mx
     else:
@@ -292,13 +295,15 @@ def _pass_loop(x, ints, uints, low, high, zeros, out):
         ti[1] = smax if smax >= 0 else smin
         f = t.view(x.dtype)
         out[6], out[7] = f[0], f[1]
-    if out[0] > 0 and out[6] == out[7]: out[4], out[5] = out[6], 0.   # a constant
-    if out[0] == 0: out[4], out[5], out[6], out[7] = 0., 0., np.inf, -np.inf
-def _rows_loop(a, ints, uints, low, high, zeros, out):
+    if out[0] > 0 and out[6] == out[7]: out[4], out[5] = out[6], 0.   # a constant (blocks of one value give 0 anyway)
+    if out[0] == 0:
+        out[4], out[5] = 0., 0.
+        if minmax: out[6], out[7] = np.inf, -np.inf
+def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
     "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
-    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, out[r])
+    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r])
 
-# %% ../nbs/08_kernel.ipynb #82f42039
+# %% ../nbs/08_kernel.ipynb #1bf85762
 _HAVE_NUMBA = importlib.util.find_spec('numba') is not None
 _FUSED = [_HAVE_NUMBA and os.environ.get('MINIAI_FUSED', '1') != '0']
 _LOOPS = {}
@@ -329,7 +334,7 @@ def _compile_loops_locked():
         for dt in (np.float32, np.float64):                      # compile now, not inside a timed hook later
             a = np.zeros(2, dt)
             i, u = _INT_VIEWS[a.dtype]
-            _LOOPS['pass'](a, a.view(i), a.view(u), 0.25, 10., True, np.empty(len(FIELDS)))
+            _LOOPS['pass'](a, a.view(i), a.view(u), 0.25, 10., True, True, True, np.empty(len(FIELDS)))
     except Exception as e:
         _LOOPS.clear(); _FUSED[0] = False
         warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
@@ -348,24 +353,25 @@ _INT_VIEWS = {np.dtype(np.float32): (np.int32, np.uint32), np.dtype(np.float64):
 # which on a GPU tensor would be a device read, and the compiled loops only ever see CPU tensors
 _np_view = torch.Tensor.numpy
 
-def _cpu_pass(x, low, high, zeros):
+def _cpu_pass(x, low, high, zeros, ranges=True, minmax=True):
     a = _np_view(x)
     i, u = _INT_VIEWS[a.dtype]
     out = np.empty(len(FIELDS))
-    _LOOPS['pass'](a, a.view(i), a.view(u), float(low), float(high), bool(zeros), out)
+    _LOOPS['pass'](a, a.view(i), a.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
     return torch.from_numpy(out)
 
 def _use_loops(x):
     return _FUSED[0] and x.device.type == 'cpu' and x.dtype in (torch.float32, torch.float64) and _compile_loops() is not None
 
-def batch_moments(x, low=0.25, high=10., zeros=True):
-    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts; `zeros=False` skips counting zeros (NaN)."
+def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
+    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. Each of `zeros`, `ranges` (`low`, `high`) and `minmax` costs a read of its own on the CPU: `False` skips it (the fields read NaN)."
     f = _as_float(x)
     if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-    return Moments(_cpu_pass(f, low, high, zeros) if _use_loops(f) else _moments_torch(f, low, high, zeros))
+    if _use_loops(f): return Moments(_cpu_pass(f, low, high, zeros, ranges, minmax))
+    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
 
-# %% ../nbs/08_kernel.ipynb #6e4e9c0d
-def row_moments(a, low=0.25, high=10., zeros=True):
+# %% ../nbs/08_kernel.ipynb #c38c5f71
+def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     "`Moments` of each row of 2-d `a` (shape `[rows, len(FIELDS)]`), in one compiled loop or one set of torch ops for all rows."
     a = a.detach()
     if not a.is_floating_point() or a.dtype in (torch.float16, torch.bfloat16): a = a.float()
@@ -375,9 +381,9 @@ def row_moments(a, low=0.25, high=10., zeros=True):
         x = _np_view(a)
         i, u = _INT_VIEWS[x.dtype]
         out = np.empty((len(a), len(FIELDS)))
-        _LOOPS['rows'](x, x.view(i), x.view(u), float(low), float(high), bool(zeros), out)
+        _LOOPS['rows'](x, x.view(i), x.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
         return Moments(torch.from_numpy(out))
-    return Moments(_moments_torch(a, low, high, zeros))
+    return Moments(_moments_torch(a, low, high, zeros, ranges, minmax))
 
 # %% ../nbs/08_kernel.ipynb #affc8c24
 _TABLE_ROWS = 32
@@ -437,15 +443,15 @@ def scale_hists(raw, m):
     mid = mid * torch.where(got > 0, want / got.clamp(min=1), 0.)[:, None]
     return torch.cat([m.low[:, None], mid, m.high[:, None]], 1).float()
 
-# %% ../nbs/08_kernel.ipynb #a94f04a2
+# %% ../nbs/08_kernel.ipynb #22205f35
 _RUN = 16   # the histogram sample's values come in runs of one cache line
 
 class Recorder:
     "Statistics of one tensor stream, kept on its device until read: a `Moments` row and an |x| histogram per batch (lesson 10), or every batch folded into one row (`fold=True`, run-wide)."
     fold_every = 64
-    def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, seed=0):
-        "`zeros`: count exact zeros; `exact`: bin every value into the histogram."
-        fc.store_attr('bins,hi,sample,exact,fold,zeros,seed')
+    def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, ranges=True, minmax=True, seed=0):
+        "`exact`: bin every value into the histogram; `zeros`, `ranges` (the dead and overflow counts), `minmax`: what the pass counts besides the moments (see `batch_moments`)."
+        fc.store_attr('bins,hi,sample,exact,fold,zeros,ranges,minmax,seed')
         self.reset()
 
     def reset(self):
@@ -459,7 +465,7 @@ class Recorder:
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n = f.numel()
         row = self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
-        m = batch_moments(f, self.hi / self.bins, self.hi, self.zeros).t
+        m = batch_moments(f, self.hi / self.bins, self.hi, self.zeros, self.ranges, self.minmax).t
         self._rows.append(m)
         if not self.fold:
             idx = None if row is None else _sample_table(n, self.sample, f.device, _RUN)[row]

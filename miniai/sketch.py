@@ -55,7 +55,7 @@ def _sketch_index(clean, level=0):
     # where `copysign` and a `where` on `clean == 0` took seven times as long
     return idx.mul_(clean.sign()).add_(k).long()
 
-# %% ../nbs/08a_sketch.ipynb #35702c3d
+# %% ../nbs/08a_sketch.ipynb #d0cb09ec
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (float64 counts on the values' device, no host sync to add)."
     def __init__(self, device='cpu', level=0):
@@ -101,7 +101,7 @@ class QuantileSketch:
         else:
             weight = weight.to(device=x.device, dtype=torch.float64)
             counts.scatter_add_(0, idx, weight[:, None].expand(rows.shape).reshape(-1))
-            n_nonfinite = ((~torch.isfinite(rows)).sum(1) * weight).sum()
+            if n_nonfinite is None: n_nonfinite = ((~torch.isfinite(rows)).sum(1) * weight).sum()
         counts[k:k+1].sub_(n_nonfinite.to(torch.float64))
         return counts
 
@@ -206,7 +206,7 @@ def _bin_edges(bins, vmin, vmax):
     edges[0], edges[-1] = vmin, vmax
     return np.unique(edges)
 
-# %% ../nbs/08a_sketch.ipynb #b74fa2d2
+# %% ../nbs/08a_sketch.ipynb #2152b326
 class SketchRecorder(Recorder):
     "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch."
     sketch_every = 16
@@ -234,7 +234,8 @@ class SketchRecorder(Recorder):
         self._pending = []
         k = torch.isfinite(vals).sum(1).double()
         w = torch.where(k > 0, counts / k.clamp(min=1), 0.)
-        self.sketch.counts += QuantileSketch.batch_counts(vals, self.sketch.level, weight=w)
+        bad = ((vals.shape[1] - k) * w).sum()                 # the NaN/Inf drawn, weighted: taken back out of the zero bucket
+        self.sketch.counts += QuantileSketch.batch_counts(vals, self.sketch.level, n_nonfinite=bad, weight=w)
         add = torch.stack([k.sum(), (w * k).sum(), (w * w * k).sum()])
         self.sampling = add if self.sampling is None else self.sampling + add
 

@@ -155,7 +155,7 @@ _BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and t
 class _Stream(SketchRecorder):
     "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
     def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
-        super().__init__(level, zeros=zeros, exact=exact, seed=seed)
+        super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
         self.device = torch.device(device)
         self._folded = Moments.empty(device=self.device).t           # so that `total` lives on the stream's device
         if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
