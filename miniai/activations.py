@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/activations.html.md"""
 
 # %% ../nbs/10_activations.ipynb #62280939
 from __future__ import annotations
-import math, random, threading, weakref, warnings
+import math, numbers, random, threading, weakref, warnings
 from functools import partial
 from collections.abc import Mapping
 
@@ -80,10 +80,19 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
+def _check_stats_args(every, bins, hi):
+    "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
+    for name, v in (('every', every), ('bins', bins)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"ActivationStats: `{name}` must be an integer >= 1, got {v!r}")
+    if isinstance(hi, bool) or not isinstance(hi, numbers.Real) or not math.isfinite(hi) or hi <= 0:
+        raise ValueError(f"ActivationStats: `hi` (the top of the |x| histogram) must be a finite number > 0, got {hi!r}")
+
 class ActivationStats(HooksCallback):
     "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`; aliases `mod_filter`, `mods`) on every `every`-th training batch."
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
                  on_train=True, on_valid=False, *, mod_filter=None, mods=None, on_val=None):
+        _check_stats_args(every, bins, hi)
         super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
         self.every, self.grads = every, grads
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max

@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #4d247401
 from __future__ import annotations
-import argparse, importlib.util, math, operator, os, sys, tempfile, time
+import argparse, importlib.util, io, math, operator, os, sys, tempfile, time, warnings
 from pathlib import Path
 
 import torch, matplotlib
@@ -17,14 +17,14 @@ import torch.nn.functional as F
 from .datasets import *
 from .learner import *
 from .activations import *
-from .core import write_json
+from .core import write_json, atomic_write
 from .distributed import DistributedCB, world_size, rank
 from .tensorboard import TensorBoardCB
 from .init import variant_names, make_variant, variant_defaults
 
 # %% auto #0
-__all__ = ['epochs_count', 'batch_size', 'seed_value', 'model_names', 'build_variant', 'BadArgument', 'learning_rate',
-           'whole_number', 'writable_dir', 'diagnose_run', 'main']
+__all__ = ['epochs_count', 'batch_size', 'seed_value', 'PLOT_NAMES', 'model_names', 'build_variant', 'BadArgument',
+           'learning_rate', 'whole_number', 'writable_dir', 'diagnose_run', 'write_plots', 'main']
 
 # %% ../nbs/90_cli.ipynb #32f42a0d
 def model_names():
@@ -99,7 +99,9 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
                  tensorboard=None, max_batches=None):
     "Train lesson model `model` with ActivationStats, write plots and summary.json to `out` (rank 0 only under torchrun) and TensorBoard logs to `tensorboard`; return the summary (NaN where the file has null)."
     import matplotlib.pyplot as plt
-    from torcheval.metrics import MulticlassAccuracy
+    with warnings.catch_warnings():   # torcheval's import uses torch.jit.script, which torch now flags as deprecated
+        warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
+        from torcheval.metrics import MulticlassAccuracy
     if model not in model_names(): raise BadArgument(f"model: unknown model {model!r}; choose one of {', '.join(model_names())}")
     if epochs is not None: epochs = _checked('epochs', epochs_count, epochs)
     if lr is not None: lr = _checked('lr', learning_rate, lr)
@@ -133,11 +135,24 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
                    train_seconds=round(secs, 2), layers=rows)
     if max_batches is not None: summary['max_batches'] = max_batches
     if not lead: return summary
-    for name in ('color_dim', 'dead_chart', 'plot_stats'):
-        getattr(astats, name)()   # draws the figure, kept as `astats.fig` (the methods return nothing, as in the course)
-        astats.fig.savefig(out/f'{name}.png', dpi=100); plt.close(astats.fig)
-    write_json(out/'summary.json', summary, indent=2)
+    write_json(out/'summary.json', summary, indent=2)   # first: a failure while drawing never loses it
+    write_plots(astats, out)
     return summary
+
+# %% ../nbs/90_cli.ipynb #bcd255b4
+PLOT_NAMES = ('color_dim', 'dead_chart', 'plot_stats')
+
+def write_plots(astats, out):
+    "Draw `astats`'s three plots and write them to folder `out` with `atomic_write`; an `OSError` names the file that could not be written."
+    import matplotlib.pyplot as plt
+    for name in PLOT_NAMES:
+        getattr(astats, name)()   # draws the figure, kept as `astats.fig` (the methods return nothing, as in the course)
+        buf = io.BytesIO()
+        try: astats.fig.savefig(buf, format='png', dpi=100)
+        finally: plt.close(astats.fig)
+        fn = Path(out)/f'{name}.png'
+        try: atomic_write(fn, buf.getvalue())
+        except OSError as e: raise OSError(e.errno, f'could not write {fn}: {e.strerror or e} (summary.json, written before the plots, is complete)') from None
 
 # %% ../nbs/90_cli.ipynb #1e8e9733
 class _Parser(argparse.ArgumentParser):
@@ -166,8 +181,12 @@ def main(argv=None):
         if importlib.util.find_spec('tensorboard') is None: p.error("argument --tensorboard: the tensorboard package is not installed (pip install 'miniai[tensorboard]')")
     matplotlib.use('Agg')
     # progress bars on a terminal; piped or captured output gets the per-epoch metrics only
-    s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty(),
-                     tensorboard=args.tensorboard, max_batches=args.max_batches)
+    try: s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty(),
+                          tensorboard=args.tensorboard, max_batches=args.max_batches)
+    except KeyboardInterrupt:   # Ctrl-C: one line, the shell's exit code for SIGINT
+        print('\nminiai-diagnose: interrupted', file=sys.stderr); return 130
+    except OSError as e:        # a full disk, a folder removed while training: one line
+        print(f'miniai-diagnose: {e.strerror or e}', file=sys.stderr); return 1
     if rank() != 0: return 0
     print(format_diagnosis(s['layers']))
     print(f"test accuracy after {s['epochs']} epoch(s): {s['accuracy']:.4f}")

@@ -81,8 +81,10 @@ def fashion_mnist_dir(path=None) -> Path|None:
     return None
 
 def cache_dir() -> Path:
-    "Where miniai caches built datasets: `$MINIAI_CACHE`, else `~/.cache/miniai`."
-    return Path(os.environ.get('MINIAI_CACHE', Path.home()/'.cache'/'miniai'))
+    "Where miniai caches built datasets: `$MINIAI_CACHE` (empty counts as unset, as for `MINIAI_DATA`), else `~/.cache/miniai`."
+    env = os.environ.get('MINIAI_CACHE')
+    if env: return Path(env)
+    return Path.home()/'.cache'/'miniai'   # the home folder is looked up only when needed: it may not exist
 
 # %% ../nbs/05_datasets.ipynb #7e2e15c2
 def read_fashion_split(folder, split):
@@ -344,7 +346,7 @@ def show_image(im, ax=None, figsize=None, title=None, noframe=True, **kwargs):
         im = im.detach().cpu()
         if len(im.shape) == 3 and im.shape[0] < 5: im = im.permute(1, 2, 0)
     elif not isinstance(im, np.ndarray): im = np.array(im)
-    if im.shape[-1] == 1: im = im[..., 0]
+    if im.ndim == 3 and im.shape[-1] == 1: im = im[..., 0]   # one channel; a (rows, 1) image stays one column
     if ax is None: _, ax = plt.subplots(figsize=figsize)
     ax.imshow(im, **kwargs)
     if title is not None: ax.set_title(title)

@@ -27,7 +27,7 @@ _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an u
 # %% auto #0
 __all__ = ['forward_pass', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger',
            'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages',
-           'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
+           'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, name, arg='layer_name'):
@@ -418,14 +418,27 @@ def load_pages(path, tensors=True):
     return list(iter_records(path, tensors=tensors))
 
 # %% ../nbs/10c_debuggers.ipynb #83c0ddbe
+def debugger_registry() -> dict:
+    "Every `BaseDebugger` class defined so far, by short name (miniai's own) and by dotted path (`module.Class`): nothing is imported to build it."
+    res, todo = {}, [BaseDebugger]
+    while todo:
+        c = todo.pop()
+        todo.extend(c.__subclasses__())
+        res[f'{c.__module__}.{c.__qualname__}'] = c
+        if c.__module__ == __name__: res.setdefault(c.__qualname__, c); res.setdefault(f'miniai.debuggers.{c.__qualname__}', c)
+    return res
+
 def _resolve_class(cls, where):
+    "The debugger class `cls` names: looked up in `debugger_registry`, never imported (a config must not run a module's code)."
     if isinstance(cls, str):
-        if '.' in cls:
-            mod, _, attr = cls.rpartition('.')
-            cls = getattr(importlib.import_module(mod), attr, None)
-        else: cls = globals().get(cls)
+        found = debugger_registry().get(cls)
+        if found is None:
+            known = sorted(n for n in debugger_registry() if '.' not in n)
+            raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}; "
+                             "a name is looked up among the debuggers already defined, nothing is imported: import your module first, or pass the class itself")
+        cls = found
     if not (isinstance(cls, type) and issubclass(cls, BaseDebugger)):
-        known = [n for n, o in globals().items() if isinstance(o, type) and issubclass(o, BaseDebugger)]
+        known = sorted(n for n in debugger_registry() if '.' not in n)
         raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}")
     return cls
 

@@ -20,9 +20,9 @@ from .core import _NOFOLLOW, atomic_write, json_safe, to_host
 from .kernel import Moments, batch_moments
 
 # %% auto #0
-__all__ = ['TargetClassWarning', 'SavingHook', 'register_saving_hook', 'register_hook', 'dump_index', 'load_dump',
-           'compare_arrays', 'compare_files', 'CompareSetupError', 'read_csv', 'compare_dumps', 'find_failures',
-           'compare_main']
+__all__ = ['TargetClassWarning', 'SavingHook', 'register_saving_hook', 'register_hook', 'DumpIndexError', 'dump_index',
+           'load_dump', 'compare_arrays', 'compare_files', 'CompareSetupError', 'read_csv', 'compare_dumps',
+           'find_failures', 'compare_main']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def _sanitize_name(name) -> str:
@@ -302,17 +302,63 @@ def _flush_at_exit(writer, path):
         msg = str(e).splitlines()[0] if str(e) else ''
         print(f"miniai.dumps: a saving hook on {path} that was never removed could not write everything at exit: {type(e).__name__}: {msg}", file=sys.stderr)
 
+# %% ../nbs/10b_dumps.ipynb #03f26e88
+_IF_EXISTS = ('error', 'overwrite', 'new_run')
+_LOCK = '.miniai-writer.lock'
+
+def _fresh_run(path, rank):
+    "The first `path/run_N` where this rank has written nothing yet."
+    n = 0
+    while (path/f'run_{n}'/'tensors'/f'rank_{rank}').exists() or (path/f'run_{n}'/'grads'/f'rank_{rank}').exists(): n += 1
+    return path/f'run_{n}'
+
+def _lock_folder(folder):
+    "An open descriptor holding an exclusive lock on `folder`'s writer lock file; a RuntimeError if another writer holds it."
+    fd = os.open(os.path.join(folder, _LOCK), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+    try: import fcntl
+    except ImportError: return fd   # no flock on this system: the dumps check below still holds
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise RuntimeError(f"{folder} is in use by another SavingHook (in this process or another): two runs cannot write "
+                           "to one folder; give this one its own path, or if_exists='new_run'") from None
+    return fd
+
+def _release_lock(fd, fn):
+    "Remove the lock file `fn` (a removed hook leaves only its dumps) and release its lock."
+    with contextlib.suppress(OSError): os.unlink(fn)
+    os.close(fd)
+
+def _claim_folders(path, folders, overwrite=False):
+    "Check that `folders` hold no dumps of an earlier run; with `overwrite`, delete them first (files only, links not followed)."
+    held = [os.path.join(f, n) for f in folders for n in os.listdir(f) if n != _LOCK]
+    if not held: return
+    if not overwrite:
+        raise FileExistsError(f"{path} already holds {len(held)} file(s) of an earlier run in {folders[0]} and {folders[1]}: a new run "
+                              "would mix its dumps with them. Pass if_exists='overwrite' to empty it first, if_exists='new_run' "
+                              "for a fresh run_N subfolder, or another path")
+    for fn in held:
+        if stat.S_ISDIR(os.lstat(fn).st_mode): raise FileExistsError(f"{fn} is a folder: if_exists='overwrite' deletes files only, remove it by hand")
+        os.unlink(fn)
+
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
 class SavingHook:
     "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` (None: the classes of the leaf modules with trainable parameters) under `path`; see `register_saving_hook`."
     def __init__(self, model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
-                 max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None):
+                 max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None, if_exists='error'):
         from miniai.hooks import Hooks, select_modules, tensor_items   # imported here so that `miniai-compare` starts without the training stack
         self.target_class_names = names = _resolve_target_classes(model, target_class_names)
         fc.store_attr('max_saved_tensors,max_saved_grads,save_output_grads')
         self.rank = _get_rank()
+        if if_exists not in _IF_EXISTS: raise ValueError(f"if_exists must be one of {_IF_EXISTS}, got {if_exists!r}")
+        if if_exists == 'new_run': path = _fresh_run(Path(path), self.rank)
+        self.path = Path(path)
         self.tensor_dir, self.grad_dir = rank_dir(path, 'tensors', self.rank), rank_dir(path, 'grads', self.rank)
         self.tensor_dir.mkdir(parents=True, exist_ok=True); self.grad_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock_folder(self.tensor_dir)   # two live writers cannot share a folder
+        try: _claim_folders(self.path, (self.tensor_dir, self.grad_dir), overwrite=if_exists == 'overwrite')
+        except BaseException: os.close(lock); raise
+        self._unlock = weakref.finalize(self, _release_lock, lock, os.path.join(self.tensor_dir, _LOCK))
         self._dirs = str(self.tensor_dir), str(self.grad_dir)   # file names are joined as strings: a Path per file costs microseconds
         self.n_tensors = self.n_grads = 0
         self.micro_step, self.closed = -1, False
@@ -367,7 +413,8 @@ class SavingHook:
         self.hooks.remove()
         for h in self.handles: h.remove()
         self._at_exit.detach()   # removed: nothing left to do at exit
-        self.writer.close()
+        try: self.writer.close()
+        finally: self._unlock()   # the folder is free for the next run
 
     close = remove
     def __enter__(self): return self
@@ -398,11 +445,42 @@ def register_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None
     return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_hook')
 
 # %% ../nbs/10b_dumps.ipynb #ca1f88ac
+_MAX_INDEX_BYTES = 64*2**20   # an index line is ~200 bytes: room for 300,000 files
+
+class DumpIndexError(ValueError):
+    "An `index.json` that is not one miniai wrote: a link, not a regular file, too large, not JSON, or not the expected shape."
+
+def _read_regular(fn, cap):
+    "The bytes of regular file `fn`, read as `.npy` files are: no symlink, FIFO or device (no hang), at most `cap` bytes."
+    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise DumpIndexError(f'{_display_name(fn)}: a symlink, not followed') from None
+        raise
+    with open(fd, 'rb') as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode): raise DumpIndexError(f'{_display_name(fn)}: {_file_kind(st.st_mode)}, not a regular file')
+        if st.st_size > cap: raise DumpIndexError(f'{_display_name(fn)}: {st.st_size} bytes, more than the {cap} an index may hold')
+        return f.read(cap + 1)
+
+def _check_index(index, fn):
+    "`index` if it has the shape `DumpWriter` writes: {file name: {field: a number, a string, or a list of numbers}}."
+    if not isinstance(index, dict): raise DumpIndexError(f'{_display_name(fn)}: not a JSON object of files')
+    for name, entry in index.items():
+        if not isinstance(entry, dict): raise DumpIndexError(f'{_display_name(fn)}: the entry of {_display_name(name)} is not a JSON object')
+        for k, v in entry.items():
+            flat = v is None or isinstance(v, (str, int, float)) or (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v))
+            if not flat: raise DumpIndexError(f'{_display_name(fn)}: field {_display_name(k)} of {_display_name(name)} is not a number, a string or a list of numbers')
+    return index
+
 def dump_index(folder) -> dict:
-    "The `index.json` of a dump folder (file name -> dtype, shape, layer, micro step), or {} if there is none."
-    fn = Path(folder)/'index.json'
-    try: return json.loads(fn.read_text())
-    except (OSError, ValueError): return {}
+    "The `index.json` of a dump folder (file name -> dtype, shape, layer, micro step), or {} if there is none; one that is not what miniai writes is a `DumpIndexError`."
+    fn = os.path.join(folder, 'index.json')
+    try: data = _read_regular(fn, _MAX_INDEX_BYTES)
+    except FileNotFoundError: return {}
+    try: index = json.loads(data)
+    except RecursionError: raise DumpIndexError(f'{_display_name(fn)}: nested too deeply to be an index') from None
+    except ValueError as e: raise DumpIndexError(f'{_display_name(fn)}: not JSON ({str(e).splitlines()[0]})') from None
+    return _check_index(index, fn)
 
 def load_dump(fn, tensor=False, mmap=False):
     "Load a dumped `.npy` without pickle; with `tensor=True`, as a torch tensor in its original dtype."
@@ -670,7 +748,13 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
             uncompared = [{'tensor_name': f'rank_{rank}', 'reason': why} for why in (bad_a, bad_b) if why]
             files_a = _npy_files(da) if da and not bad_a else {}
             files_b = _npy_files(db) if db and not bad_b else {}
-            idx_a, idx_b = (dump_index(da) if files_a else {}), (dump_index(db) if files_b else {})
+            try: idx_a, idx_b = (dump_index(da) if files_a else {}), (dump_index(db) if files_b else {})
+            except DumpIndexError as e: raise CompareSetupError(f'{e}: nothing was compared') from None
+            for side, files, idx in [('A', files_a, idx_a), ('B', files_b, idx_b)]:
+                if not idx: continue   # no index (a run that never flushed): nothing to check against
+                for n in sorted(set(files) - set(idx), key=_natural_key):   # left by another run: never compared
+                    uncompared.append({'tensor_name': n, 'reason': f'ERROR: {side}: not listed in its index.json (a file of another run?)'})
+                    del files[n]
             for side, mine, other in [('A', files_a, files_b), ('B', files_b, files_a)]:
                 uncompared += [{'tensor_name': n, 'reason': f'only in {side}' + (f' ({mine[n]})' if mine[n] else '')}
                                for n in sorted(set(mine) - set(other), key=_natural_key)]
@@ -698,7 +782,8 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
             for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
             if len(res['uncompared']) > 20: print(f"{kind}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
             dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
-            for (dta, dtb), n in dtypes.items(): print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {dta} vs B {dtb}")
+            for (dta, dtb), n in dtypes.items():
+                print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {_display_name(str(dta))} vs B {_display_name(str(dtb))}")
     return results
 
 # %% ../nbs/10b_dumps.ipynb #991a917f
@@ -758,6 +843,7 @@ def compare_main(argv=None):
     args = p.parse_args(argv)
     for nm in ('pathA', 'pathB'):
         path = getattr(args, nm)
+        if not path.strip(): p.error(f'--{nm} must name a dump folder, got an empty string')
         try: is_dir = Path(path).is_dir()
         except OSError as e: p.error(f'--{nm} {_display_name(path)}: {e.strerror}')
         if not is_dir: p.error(f'--{nm} {_display_name(path)} is not a folder')

@@ -11,11 +11,11 @@ from functools import partial
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
-from .learner import Callback
+from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'default_mod_filter', 'select_modules', 'tensor_items', 'skip_reason',
-           'HooksCallback']
+           'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 class Hook():
@@ -66,7 +66,10 @@ _wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
 def select_modules(model, layers=None, default=default_mod_filter, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
-    while isinstance(model, _wrappers): model = model.module   # names as in the user's model, not 'module.0'
+    while True:   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
+        if isinstance(model, _wrappers): model = model.module
+        elif isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
+        else: break
     named = list(model.named_modules())
     if layers is None: layers = default
     if isinstance(layers, nn.Module): layers = [layers]
@@ -138,3 +141,40 @@ class HooksCallback(Callback):
     def __iter__(self): return iter(self.hooks)
     def __len__(self): return len(self.hooks)
     def __bool__(self): return True   # a callback is never falsy, even before fit when it has no hooks yet
+
+# %% ../nbs/09b_hooks.ipynb #2973fb28
+class _Attached:
+    "What `HooksCallback.attach` returns: entering it runs the callback's `before_fit` on `model` and watches its phase, leaving it runs `after_fit` (when the block ended normally) and `cleanup_fit`, which removes the hooks."
+    def __init__(self, cb, model): self.cb, self.model, self.handles = cb, model, []
+    def _set_phase(self, mod, args): self.cb._training = mod.training
+    def _end_forward(self, mod, args, outp): self.cb._training = None
+    def __enter__(self):
+        cb, learn = self.cb, fc.NS(model=self.model)
+        try:
+            run_cbs([cb], 'before_fit', learn)
+            cb._training = None
+            self.handles = [self.model.register_forward_pre_hook(self._set_phase),
+                            self.model.register_forward_hook(self._end_forward, always_call=True)]   # after the layers' hooks
+        except BaseException as e:
+            self._remove()
+            run_cleanup_cbs([cb], 'cleanup_fit', learn, error=e)
+            raise
+        return cb
+    def _remove(self):
+        for h in self.handles: h.remove()
+        self.handles = []
+        self.cb._training = None
+    def __exit__(self, typ, e, tb):
+        self._remove()
+        learn = fc.NS(model=self.model)
+        if e is None:
+            try: run_cbs([self.cb], 'after_fit', learn)
+            except BaseException as err:
+                run_cleanup_cbs([self.cb], 'cleanup_fit', learn, error=err)
+                raise
+        run_cleanup_cbs([self.cb], 'cleanup_fit', learn, error=e)   # with `error`, cleanup errors become notes on the loop's own
+
+@fc.patch
+def attach(self:HooksCallback, model):
+    "A context manager hooking `model`'s `layers` for any training loop: records training-mode forwards (evaluation-mode ones when `on_valid`), removes every hook on exit, also on an error or Ctrl-C."
+    return _Attached(self, model)

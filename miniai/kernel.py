@@ -303,7 +303,7 @@ def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
     "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
     for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r])
 
-# %% ../nbs/08_kernel.ipynb #1bf85762
+# %% ../nbs/08_kernel.ipynb #d5a7dbac
 _HAVE_NUMBA = importlib.util.find_spec('numba') is not None
 _FUSED = [_HAVE_NUMBA and os.environ.get('MINIAI_FUSED', '1') != '0']
 _LOOPS = {}
@@ -361,14 +361,18 @@ def _cpu_pass(x, low, high, zeros, ranges=True, minmax=True):
     return torch.from_numpy(out)
 
 def _use_loops(x):
-    return _FUSED[0] and x.device.type == 'cpu' and x.dtype in (torch.float32, torch.float64) and _compile_loops() is not None
+    return _FUSED[0] and x.is_cpu and x.dtype in (torch.float32, torch.float64) and (bool(_LOOPS) or _compile_loops() is not None)
+
+def _moments_row(f, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
+    "The `Moments` tensor (one row) of flat float `f` (from `_as_float`): the compiled loops or the torch ops."
+    if _use_loops(f): return _cpu_pass(f, low, high, zeros, ranges, minmax)
+    return _moments_torch(f, low, high, zeros, ranges, minmax)
 
 def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. Each of `zeros`, `ranges` (`low`, `high`) and `minmax` costs a read of its own on the CPU: `False` skips it (the fields read NaN)."
     f = _as_float(x)
     if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-    if _use_loops(f): return Moments(_cpu_pass(f, low, high, zeros, ranges, minmax))
-    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
+    return Moments(_moments_row(f, low, high, zeros, ranges, minmax))
 
 # %% ../nbs/08_kernel.ipynb #c38c5f71
 def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
@@ -443,7 +447,7 @@ def scale_hists(raw, m):
     mid = mid * torch.where(got > 0, want / got.clamp(min=1), 0.)[:, None]
     return torch.cat([m.low[:, None], mid, m.high[:, None]], 1).float()
 
-# %% ../nbs/08_kernel.ipynb #22205f35
+# %% ../nbs/08_kernel.ipynb #4797216b
 _RUN = 16   # the histogram sample's values come in runs of one cache line
 
 class Recorder:
@@ -465,7 +469,7 @@ class Recorder:
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n = f.numel()
         row = self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
-        m = batch_moments(f, self.hi / self.bins, self.hi, self.zeros, self.ranges, self.minmax).t
+        m = _moments_row(f, self.hi / self.bins, self.hi, self.zeros, self.ranges, self.minmax)
         self._rows.append(m)
         if not self.fold:
             idx = None if row is None else _sample_table(n, self.sample, f.device, _RUN)[row]

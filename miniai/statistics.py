@@ -23,11 +23,18 @@ from .hooks import Hooks, tensor_items, skip_reason, default_mod_filter, HooksCa
 from .core import write_json
 
 # %% auto #0
-__all__ = ['StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'StatisticsCollector', 'qparams',
+__all__ = ['MAX_HISTOGRAM_BINS', 'StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'StatisticsCollector', 'qparams',
            'ActivationStatisticsHook', 'ActivationWarning', 'check_statistics', 'format_finding', 'StatisticsCB',
            'statistics_table', 'plot_percentile_bands']
 
 # %% ../nbs/10a_statistics.ipynb #3320103f
+MAX_HISTOGRAM_BINS = 2**20   # a histogram is read as float64 counts: 8 MB at most, per statistic
+
+def _pct_key(p):
+    "The JSON key of percentile `p`: the shortest text that reads back as the same number ('95', '99.9', '99.900001'), so two percentiles never share a key."
+    p = float(p)
+    return str(int(p)) if p.is_integer() else repr(p)
+
 @dataclass
 class StatisticsConfig:
     "What to collect on each hooked tensor, and how much it may cost."
@@ -38,7 +45,7 @@ class StatisticsConfig:
     collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from a sketch (of samples, for large tensors), with bounds
     # Advanced statistics
     collect_histogram: bool = False   # equal-width bins over [min, max], rebinned from the sketch at read time
-    histogram_bins: int = 100
+    histogram_bins: int = 100         # at most MAX_HISTOGRAM_BINS (2**20: 8 MB per histogram when read)
     collect_sparsity: bool = False    # fraction of the finite values exactly 0 (exact)
     # Performance settings
     update_frequency: int = 1         # record every Nth call of each module; skipped calls cost nothing
@@ -54,6 +61,10 @@ class StatisticsConfig:
         self.collect_percentiles = [p for p in (self.collect_percentiles or [])]
         bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
+        keys = [_pct_key(p) for p in self.collect_percentiles]
+        if len(set(keys)) < len(keys):
+            same = sorted({k for k in keys if keys.count(k) > 1})
+            raise ValueError(f"collect_percentiles holds the same percentile twice ({same}): give each one once")
         _check_int('update_frequency', self.update_frequency, 1)
         if self.every is not None:
             _check_int('every', self.every, 1, ' or None')
@@ -62,6 +73,8 @@ class StatisticsConfig:
             self.update_frequency = self.every
         self.every = self.update_frequency
         _check_int('histogram_bins', self.histogram_bins, 1)
+        if self.histogram_bins > MAX_HISTOGRAM_BINS:
+            raise ValueError(f"histogram_bins must be at most MAX_HISTOGRAM_BINS={MAX_HISTOGRAM_BINS} (8 bytes per bin and histogram when read), got {self.histogram_bins}")
         if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
         if self.max_memory_mb is not None: _check_number('max_memory_mb', self.max_memory_mb, 0, ' (None: no limit)')
 
@@ -136,7 +149,6 @@ class ModuleStatistics:
     inputs: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
-def _pct_key(p): return f'{p:g}'
 def _json_float(v):
     "`v` as a float, or None when it is None, NaN or infinite (strict JSON has no NaN or Infinity)."
     if v is None: return None
@@ -605,34 +617,63 @@ def state_dict(self:StatisticsCollector):
                 use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
                 skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()}, streams=streams)
 
+def _counts(where, vals):
+    "`vals` if every one is a finite number >= 0, else a ValueError naming field `where`."
+    bad = [v for v in vals if not (_is_number(v) and math.isfinite(v) and v >= 0)]
+    if bad: raise ValueError(f"load_state_dict: {where} must hold finite counts >= 0, got {bad[:3]}")
+    return vals
+
+def _load_state(self, sd, device, where):
+    "`load_state_dict`'s work; `where[0]` names the field being read, for the error."
+    where[0] = 'config'; self.config = StatisticsConfig(**sd['config'])
+    self.reset()
+    where[0] = 'level'; self._level, self._use_sketch, self._use_buffer = sd['level'], sd['use_sketch'], sd['use_buffer']
+    where[0] = 'call_count'; self.call_count = _counts('call_count', [sd['call_count']])[0]
+    where[0] = 'memory_log'; self.memory_log, self.skipped = list(sd['memory_log']), dict(sd['skipped'])
+    where[0] = 'modules'; self._modules = {k: dict(v) for k, v in sd['modules'].items()}
+    for i, d in enumerate(sd['streams']):
+        where[0] = f'streams[{i}]'
+        sk = d.get('sketch')
+        s = _Stream(device, None, exact=self.config.exact, zeros=self.config.collect_sparsity)
+        where[0] = f'streams[{i}].moments'
+        moments = _unhex(d['moments'], FIELDS, 'moments')
+        _counts(where[0] + ' (count, nan, posinf, neginf)', [moments[FIELDS.index(k)] for k in ('count', 'nan', 'posinf', 'neginf')])
+        s._folded = torch.tensor(moments, dtype=torch.float64, device=device)
+        where[0] = f'streams[{i}].batches'; s.n_batches = int(_counts(where[0], [d['batches']])[0])
+        if sk is not None:
+            where[0] = f'streams[{i}].sketch'
+            s.sketch = QuantileSketch(device, sk['level'])
+            s.level = sk['level']
+            idx, cnt = list(sk['index']), _counts(f'streams[{i}].sketch.count', list(sk['count']))
+            n = s.sketch.counts.numel()
+            if len(idx) != len(cnt) or not all(isinstance(j, int) and 0 <= j < n for j in idx):
+                raise ValueError(f"load_state_dict: streams[{i}].sketch.index must hold one bucket in [0, {n}) per count")
+            s.sketch.counts[torch.tensor(idx, dtype=torch.long, device=device)] = torch.tensor(cnt, dtype=torch.float64, device=device)
+            if 'sampling' in d:
+                where[0] = f'streams[{i}].sampling'
+                s.sampling = torch.tensor(_counts(where[0], _unhex(d['sampling'], _SAMPLING, 'sampling')), dtype=torch.float64, device=device)
+        if 'values' in d and self._use_buffer:
+            where[0] = f'streams[{i}].values'
+            s.buf = torch.empty(self.config.max_samples, dtype=torch.float64, device=device)
+            s.filled, s.complete = len(d['values']), True
+            s.buf[:s.filled] = torch.tensor([float.fromhex(v) for v in d['values']], dtype=torch.float64)
+        where[0] = f'streams[{i}].name'
+        self._streams[(d['name'], d['kind'], d['key'])] = s
+
 @patch
 def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
-    "Replace this collector's state by `sd` (from `state_dict`), on `device`."
+    "Replace this collector's state by `sd` (from `state_dict`), on `device`. A malformed `sd` is a `ValueError` naming the field, and the collector keeps what it held."
+    if not isinstance(sd, dict): raise ValueError(f"load_state_dict: expected a dict from state_dict(), got {type(sd).__name__}")
     v = sd.get('version')
     if v != _STATE_VERSION:
         raise ValueError(f"load_state_dict: state version {v!r} is not supported; this miniai reads version {_STATE_VERSION} "
                          "(statistics saved by an older miniai cannot be resumed: collect them again)")
-    self.config = StatisticsConfig(**sd['config'])
-    self.reset()
-    self._level, self._use_sketch, self._use_buffer = sd['level'], sd['use_sketch'], sd['use_buffer']
-    self.call_count, self.memory_log, self.skipped = sd['call_count'], list(sd['memory_log']), dict(sd['skipped'])
-    self._modules = {k: dict(v) for k, v in sd['modules'].items()}
-    for d in sd['streams']:
-        sk = d.get('sketch')
-        s = _Stream(device, None, exact=self.config.exact, zeros=self.config.collect_sparsity)
-        s._folded = torch.tensor(_unhex(d['moments'], FIELDS, 'moments'), dtype=torch.float64, device=device)
-        s.n_batches = d['batches']
-        if sk is not None:
-            s.sketch = QuantileSketch(device, sk['level'])
-            s.level = sk['level']
-            s.sketch.counts[torch.tensor(sk['index'], dtype=torch.long, device=device)] = torch.tensor(sk['count'], dtype=torch.float64, device=device)
-            if 'sampling' in d:
-                s.sampling = torch.tensor(_unhex(d['sampling'], _SAMPLING, 'sampling'), dtype=torch.float64, device=device)
-        if 'values' in d and self._use_buffer:
-            s.buf = torch.empty(self.config.max_samples, dtype=torch.float64, device=device)
-            s.filled, s.complete = len(d['values']), True
-            s.buf[:s.filled] = torch.tensor([float.fromhex(v) for v in d['values']], dtype=torch.float64)
-        self._streams[(d['name'], d['kind'], d['key'])] = s
+    saved, where = dict(self.__dict__), ['']
+    try: _load_state(self, sd, device, where)
+    except Exception as e:
+        self.__dict__.clear(); self.__dict__.update(saved)   # nothing collected so far is lost
+        if isinstance(e, ValueError) and str(e).startswith('load_state_dict'): raise
+        raise ValueError(f"load_state_dict: field {where[0]} is malformed ({type(e).__name__}: {e}); the collector is unchanged") from None
     return self
 
 @patch

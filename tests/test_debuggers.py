@@ -22,6 +22,15 @@ def test_class_by_name_and_dotted_path():
     with pytest.raises(ValueError, match='must be a BaseDebugger'): build_debugger({'class': 'torch.nn.Linear', 'args': {}})
     with pytest.raises(ValueError, match='must be a BaseDebugger'): build_debugger({'class': 'NoSuchDebugger'})
 
+def test_config_never_imports(tmp_path, monkeypatch):
+    "A dotted name in a config is looked up among the debuggers already defined: the module is not imported, its code does not run."
+    (tmp_path/'evil_mod.py').write_text(f"open({str(tmp_path/'ran')!r}, 'w').close()\nclass X: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match='nothing is imported'): build_debugger({'class': 'evil_mod.X'})
+    assert not (tmp_path/'ran').exists() and 'evil_mod' not in sys.modules
+    class MyDebugger(dbg.ForwardDebugger): pass   # a user's own debugger, once defined, is found by its dotted path
+    assert dbg._resolve_class(f'{__name__}.test_config_never_imports.<locals>.MyDebugger', 'x') is MyDebugger
+
 def test_pages_read_in_another_process(tmp_path):
     model, x = toy(), torch.randn(4, 1, 8, 8)
     with SequentialDebugger(0.001, CONFIG, path=tmp_path) as sd:
