@@ -28,11 +28,12 @@ import torch, torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from miniai.datasets import fashion_dls
-from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed, to_cpu
+from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
 from miniai.hooks import HooksCallback
 import miniai.activations as A
 import miniai.statistics as S
 from miniai.kernel import fused_kernel
+from bench_activations import course_stats   # the course's append_stats, as the other benches run it
 
 clock = time.perf_counter
 inside, calls = [0.], [0]
@@ -45,12 +46,6 @@ def timed(f):
         finally:
             inside[0] += clock() - t0; calls[0] += 1
     return g
-
-def course_stats(hook, mod, inp, outp):
-    if not hasattr(hook, 'stats'): hook.stats = ([], [], [])
-    acts = to_cpu(outp)
-    hook.stats[0].append(acts.mean()); hook.stats[1].append(acts.std())
-    hook.stats[2].append(acts.abs().histc(40, 0, 10))
 
 def one_read(hook, mod, inp, outp):
     if not hasattr(hook, 'sums'): hook.sums = []

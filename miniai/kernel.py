@@ -548,12 +548,12 @@ def total(self:Recorder):
     rows = ([self._folded] if self._folded is not None else []) + self._rows
     return Moments(torch.stack(rows)).fold() if rows else Moments.empty()
 
-# %% ../nbs/08_kernel.ipynb #05d7f335
+# %% ../nbs/08_kernel.ipynb #99db13e9
 @patch
 def merge(self:Recorder, other):
     "Add everything `other` (another folded `Recorder`) recorded."
     self.flush(); other.flush()
-    rows = [r.total.t.to(self.total.t.device) for r in (self, other)]
-    self._folded, self._rows = Moments(torch.stack(rows)).fold().t, []
+    mine = self.total.t
+    self._folded, self._rows = Moments(torch.stack([mine, other.total.t.to(mine.device)])).fold().t, []
     self.n_batches += other.n_batches
     return self
