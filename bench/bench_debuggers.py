@@ -1,4 +1,4 @@
-"""Cost of the 10c debuggers on one batch of the lesson's BatchNorm CNN (FashionMNIST-sized random input, 2 CPU cores).
+"""Cost of the 10c debuggers on one batch of the lesson's BatchNorm CNN (FashionMNIST-sized random input).
 
 Measured in one run, interleaved, `--rounds` rounds of `--reps` repetitions each (median per batch reported):
   step       one training step (forward, backward, SGD step): the reference
@@ -11,8 +11,7 @@ Usage: .venv/bin/python bench/bench_debuggers.py [--bs 256] [--rounds 5] [--reps
 import argparse, statistics, tempfile, time, json
 import torch, torch.nn.functional as F
 from torch import nn
-from miniai.debuggers import *
-from miniai.debuggers import write_page
+from miniai.debuggers import FeatureMapDebugger, ActivationStatsDebugger, LayerOutputDebugger, GradCAMDebugger, forward_pass, nbytes, write_page
 
 def conv_bn(ni, nf, ks=3):
     return nn.Sequential(nn.Conv2d(ni, nf, ks, stride=2, padding=ks//2, bias=False), nn.BatchNorm2d(nf), nn.ReLU())

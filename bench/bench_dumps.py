@@ -1,4 +1,4 @@
-"""Benchmarks for miniai.dumps.
+"""Benchmarks for miniai.dumps (saving) and miniai.compare (comparing).
 
 1. Saving: the training time that dumping adds, miniai's `register_saving_hook` (with a spare core: a copy in the hook
    and a background writer thread; without: written in the hook) against the seed tool's way (`np.save` of `.cpu().numpy()` inside the hook, on the training thread).
@@ -16,7 +16,6 @@ import argparse, json, os, shutil, subprocess, sys, tempfile, time
 from pathlib import Path
 
 import numpy as np, torch
-from torch import nn
 import torch.nn.functional as F
 
 IN_HOOKS = [0.]   # seconds the training thread spent inside saving hooks
@@ -202,7 +201,7 @@ def write_dumps(root, total_mb, file_mb=16, dtype='float32'):
 
 def compare_only(root):
     "Run in a fresh process: time compare_dumps and report its peak resident memory."
-    from miniai.dumps import compare_dumps
+    from miniai.compare import compare_dumps
     def status(key):   # kB in /proc/self/status
         return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith(key + ':'))
     try: Path('/proc/self/clear_refs').write_text('5')   # reset the peak (VmHWM) to the current RSS

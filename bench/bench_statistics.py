@@ -44,7 +44,7 @@ def run_epoch(dls, spec):
     hooks = None
     if isinstance(spec, StatisticsConfig):
         hook = ActivationStatisticsHook(spec)
-        hooks = hook.attach(model, filter=nn.Conv2d)
+        hooks = hook.attach(model, nn.Conv2d)
     t0 = clock()
     learn.fit(1, valid=False)
     t1 = clock()
@@ -139,7 +139,7 @@ def main_paired(epochs, names):
             readers[k] = lambda cb=cb: [h.stats[0] for h in cb.hooks]
         else:
             hook = ActivationStatisticsHook(spec)
-            hooks[k], _ = _new_forward_hooks(model, lambda hook=hook: hook.attach(model, filter=nn.Conv2d))
+            hooks[k], _ = _new_forward_hooks(model, lambda hook=hook: hook.attach(model, nn.Conv2d))
             readers[k] = hook.get_all_statistics
         _switch(hooks[k], False)
     order, rng = ['no hooks'] + names, random.Random(0)

@@ -6,19 +6,15 @@ Docs: https://miniai.github.io/miniai/activations.html.md"""
 
 # %% ../nbs/10_activations.ipynb #62280939
 from __future__ import annotations
-import math, numbers, random, threading, weakref, warnings
-from functools import partial
-from collections.abc import Mapping
-
-import numpy as np, torch, matplotlib as mpl, matplotlib.pyplot as plt
+import math, numbers
+import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
-from torch import nn
-import torch.nn.functional as F
 
 from .datasets import *
 from .learner import *
 from .kernel import *
 from .hooks import *
+from .findings import *
 
 # %% auto #0
 __all__ = ['RecordedStats', 'main_recorder', 'append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose',
@@ -53,11 +49,8 @@ def main_recorder(h):
 # %% ../nbs/10_activations.ipynb #53d4d7b1
 def append_stats(hook, mod, inp, outp):
     "Record mean, std and |x| histogram of every float tensor in `outp` (and its gradient when `hook.grads`) on `hook`; `hook.stats` reads them."
-    if not hasattr(hook, 'recorders'): hook.recorders, hook.skipped, hook.counter = {}, {}, 0
+    if not hasattr(hook, 'recorders'): hook.recorders, hook.skipped = {}, {}
     if 'stats' not in hook.__dict__: hook.stats = RecordedStats(hook)
-    every = getattr(hook, 'every', 1)
-    hook.counter += 1
-    if every > 1 and (hook.counter - 1) % every: return
     items = tensor_items(outp)
     if not items: hook.skipped['0'] = f'output is {type(outp).__name__}, not a tensor'
     for key, t in items:
@@ -80,27 +73,27 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
-def _check_stats_args(every, bins, hi):
+def _check_stats_args(bins, hi):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
-    for name, v in (('every', every), ('bins', bins)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"ActivationStats: `{name}` must be an integer >= 1, got {v!r}")
+    if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
+        raise ValueError(f"ActivationStats: `bins` must be an integer >= 1, got {bins!r}")
     if isinstance(hi, bool) or not isinstance(hi, numbers.Real) or not math.isfinite(hi) or hi <= 0:
         raise ValueError(f"ActivationStats: `hi` (the top of the |x| histogram) must be a finite number > 0, got {hi!r}")
 
+@other_names
 class ActivationStats(HooksCallback):
-    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`; aliases `mod_filter`, `mods`) on every `every`-th training batch."
+    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch."
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
-                 on_train=True, on_valid=False, *, mod_filter=None, mods=None, on_val=None):
-        _check_stats_args(every, bins, hi)
-        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
-        self.every, self.grads = every, grads
+                 on_train=True, on_valid=False):
+        _check_stats_args(bins, hi)
+        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, every=every)
+        self.grads = grads
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max
 
-    def before_fit(self, learn=None):
+    def before_fit(self, learn):
         super().before_fit(learn)
         for i, h in enumerate(self.hooks):
-            h.every, h.counter, h.grads, h.recorders, h.skipped, h.stats = self.every, 0, self.grads, {}, {}, RecordedStats(h)
+            h.grads, h.recorders, h.skipped, h.stats = self.grads, {}, {}, RecordedStats(h)
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
         self.names = [h.name for h in self.hooks]
 
@@ -156,40 +149,29 @@ class ActivationStats(HooksCallback):
         self.fig = fig
 
 # %% ../nbs/10_activations.ipynb #c7134239
-def _finding(layer, issue, value, threshold, **more): return dict(layer=layer, issue=issue, value=value, threshold=threshold, **more)
-
 def _flag(f):
     "The short text of finding `f` in a row's `flags`."
     return f"skipped {f['output']}: {f['value']}" if f['issue'] == 'skipped' else f['issue']
 
-def _layer_findings(row, has_finite, vanish_std, explode_std, dead_frac, sat_frac):
-    "The findings of one recorded layer's `row`: each names the statistic compared (`measure`), its value and the threshold it crossed."
-    name, res = row['layer'], []
-    if not has_finite: res.append(_finding(name, 'no finite values', 0, 1, measure='finite values'))
-    elif row['std'] < vanish_std: res.append(_finding(name, 'vanishing', row['std'], vanish_std, measure='std'))
-    if row['std'] > explode_std: res.append(_finding(name, 'exploding', row['std'], explode_std, measure='std'))
-    if row['nonfinite'] > 0: res.append(_finding(name, 'exploding', row['nonfinite'], 0, measure='nonfinite'))
-    if row['dead'] > dead_frac: res.append(_finding(name, 'dead', row['dead'], dead_frac, measure='dead'))
-    if row['saturated'] > sat_frac: res.append(_finding(name, 'saturated', row['saturated'], sat_frac, measure='saturated'))
-    return res
-
 @fc.patch
-def diagnose(self:ActivationStats, tail=0.1, vanish_std=0.2, explode_std=10., dead_frac=0.8, sat_frac=0.05):
-    "One row per layer over the last `tail` of the recorded batches: statistics, `findings` (dicts `layer, issue, value, threshold`) and the `flags` they give."
+def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, **limits):
+    "One row per layer over the last `tail` of the recorded batches: statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give."
+    th = thresholds.but(**limits) if limits else thresholds
     rows = []
     for h in self:
         rec = main_recorder(h)
         if rec is None:
             row = dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0)
-            found = [_finding(h.name, 'not recorded', None, None)]
-            found += [_finding(h.name, 'skipped', r, None, output=k) for k, r in getattr(h, 'skipped', {}).items()]
+            found = [finding(h.name, 'not recorded', None, None)]
+            found += [finding(h.name, 'skipped', r, None, output=k) for k, r in getattr(h, 'skipped', {}).items()]
         else:
             k = max(1, int(round(len(rec) * tail)))
             has = rec.moments.count[-k:] > 0      # batches with finite values
             def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
             row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated),
                        nonfinite=int(rec.nonfinite.sum()))
-            found = _layer_findings(row, bool(has.any()), vanish_std, explode_std, dead_frac, sat_frac)
+            total = int((rec.moments.count + rec.nonfinite).sum())
+            found = judge(h.name, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total, thresholds=th)
         row['findings'] = found
         row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
         rows.append(row)

@@ -66,7 +66,7 @@ def summary(self:Learner):
 class _StopBeforeStep(Callback):
     "Stop fitting once every other callback's `before_batch` has run: the batch is as training would see it."
     order = 1000
-    def before_batch(self, learn=None): raise CancelFitException()
+    def before_batch(self, learn): raise CancelFitException()
 
 @fc.patch
 @fc.delegates(show_images)
@@ -78,13 +78,12 @@ def show_image_batch(self:Learner, max_n=9, cbs=None, **kwargs):
 # %% ../nbs/14_augment.ipynb #ef850273
 class CapturePreds(Callback):
     "Keep every batch's inputs, predictions and targets on the CPU, concatenated after fit as `all_inps`, `all_preds`, `all_targs`."
-    def before_fit(self, learn=None): self.all_inps, self.all_preds, self.all_targs = [], [], []
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn): self.all_inps, self.all_preds, self.all_targs = [], [], []
+    def after_batch(self, learn):
         self.all_inps.append(to_cpu(learn.batch[0]))
         self.all_preds.append(to_cpu(learn.preds))
         self.all_targs.append(to_cpu(learn.batch[1]))
-    def after_fit(self, learn=None):
+    def after_fit(self, learn):
         self.all_preds, self.all_targs, self.all_inps = map(torch.cat, [self.all_preds, self.all_targs, self.all_inps])
 
 @fc.patch

@@ -9,16 +9,15 @@ from __future__ import annotations
 import argparse, importlib.util, io, math, operator, os, sys, tempfile, time, warnings
 from pathlib import Path
 
-import torch, matplotlib
-import fastcore.all as fc
+import matplotlib
 from torch import nn
 import torch.nn.functional as F
 
 from .datasets import *
 from .learner import *
 from .activations import *
-from .core import write_json, atomic_write
-from .distributed import DistributedCB, world_size, rank
+from .core import write_json, atomic_write, rank, world_size
+from .distributed import DistributedCB
 from .tensorboard import TensorBoardCB
 from .init import variant_names, make_variant, variant_defaults
 
@@ -91,14 +90,12 @@ def _checked(name, check, v):
 class _MaxBatches(Callback):
     "Stop each training epoch after `n` batches."
     def __init__(self, n): self.n = n
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_batch(self, learn):
         if learn.training and learn.iter + 1 >= self.n: raise CancelEpochException()
 
 def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=None, seed=1, exact=False, progress=True,
                  tensorboard=None, max_batches=None):
     "Train lesson model `model` with ActivationStats, write plots and summary.json to `out` (rank 0 only under torchrun) and TensorBoard logs to `tensorboard`; return the summary (NaN where the file has null)."
-    import matplotlib.pyplot as plt
     with warnings.catch_warnings():   # torcheval's import uses torch.jit.script, which torch now flags as deprecated
         warnings.filterwarnings('ignore', message='`torch.jit.script` is deprecated', category=FutureWarning)
         from torcheval.metrics import MulticlassAccuracy
@@ -115,7 +112,7 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
     v = build_variant(model, dls, seed=seed)
     epochs = epochs or v.get('epochs', 1)
     lr = lr or v['lr']
-    astats = ActivationStats(v.get('layers', v.get('mod_filter')), exact=exact)
+    astats = ActivationStats(v['layers'], exact=exact)
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
     if not lead: metrics._log = lambda d: None
     cbs = [DistributedCB(), TrainCB(), DeviceCB(), metrics, astats] + list(v.get('cbs', []))

@@ -7,22 +7,21 @@ Docs: https://miniai.github.io/miniai/convolutions.html.md"""
 # %% ../nbs/07_convolutions.ipynb #b78fdbd3
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch.utils.data import default_collate
 
 from .core import def_device, to_device
-from .datasets import *
 
 # %% auto #0
 __all__ = ['conv', 'collate_device', 'def_device', 'to_device']
 
 # %% ../nbs/07_convolutions.ipynb #f9ea468d
-def conv(ni, nf, ks=3, stride=2, act=True):
-    "A `Conv2d(ni, nf, ks, stride, padding=ks//2)` followed by a ReLU, or the bare conv when `act` is false (the course's lesson-7 `conv`)."
-    res = nn.Conv2d(ni, nf, stride=stride, kernel_size=ks, padding=ks//2)
-    if act: res = nn.Sequential(res, nn.ReLU())
-    return res
+def conv(ni, nf, ks=3, stride=2, act=True, norm=None, bias=None):
+    "A `Conv2d(ni, nf, ks, stride, padding=ks//2)`, then `norm(nf)` and `act()` when given (`act=True`: a ReLU); a `Sequential`, or the bare conv when `act=False` and no `norm`."
+    res = nn.Conv2d(ni, nf, stride=stride, kernel_size=ks, padding=ks//2, bias=True if bias is None else bias)
+    if act is False and not norm: return res   # lesson 7's last layer
+    if act is True: act = nn.ReLU
+    return nn.Sequential(res, *([norm(nf)] if norm else []), *([act()] if act else []))
 
 # %% ../nbs/07_convolutions.ipynb #7fb3a37c
 _all_ = ['def_device', 'to_device']   # from miniai.core

@@ -8,10 +8,11 @@ Docs: https://miniai.github.io/miniai/core.html.md"""
 from __future__ import annotations
 import os, math, json, itertools, hashlib, contextlib
 from collections.abc import Mapping
-import numpy as np, torch
+import numpy as np, torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['def_device', 'apply', 'to_device', 'to_host', 'to_cpu', 'atomic_write', 'json_safe', 'json_restore', 'write_json']
+__all__ = ['def_device', 'apply', 'to_device', 'to_host', 'to_cpu', 'atomic_write', 'json_safe', 'json_restore', 'json_text',
+           'write_json', 'world_size', 'rank']
 
 # %% ../nbs/00_core.ipynb #34398059
 def apply(f, o, leaf=torch.Tensor):
@@ -170,6 +171,21 @@ def json_restore(o, arrays=None, tensors=False):
         res[k] = v
     return {k: v for k, v in res.items() if k not in used}
 
+def json_text(o, indent=None, **kwargs):
+    "`o` as strict JSON text (see `json_safe`): the one encoder behind every JSON file and line miniai writes."
+    return json.dumps(json_safe(o), indent=indent, allow_nan=False, **kwargs)
+
 def write_json(path, o, indent=1, durable=True):
-    "Write `o` to `path` as strict JSON (see `json_safe`), atomically."
-    atomic_write(path, json.dumps(json_safe(o), indent=indent, allow_nan=False) + '\n', durable=durable)
+    "Write `o` to `path` as strict JSON (see `json_text`), atomically."
+    atomic_write(path, json_text(o, indent=indent) + '\n', durable=durable)
+
+# %% ../nbs/00_core.ipynb #9b887515
+def world_size():
+    "The number of ranks of the run: the process group's, else `torchrun`'s `WORLD_SIZE`, else 1."
+    if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
+    return int(os.environ.get('WORLD_SIZE', 1))
+
+def rank():
+    "This process's rank: the process group's, else `torchrun`'s `RANK`, else 0."
+    if dist.is_available() and dist.is_initialized(): return dist.get_rank()
+    return int(os.environ.get('RANK', 0))

@@ -16,7 +16,7 @@ import fastcore.all as fc
 from filelock import FileLock
 from torch.utils.data import DataLoader, default_collate
 
-from .core import atomic_write
+from .core import atomic_write, write_json
 
 # `datasets` imports tqdm.auto, which warns in notebooks without ipywidgets; the bars still work
 warnings.filterwarnings('ignore', message='IProgress not found')
@@ -145,7 +145,7 @@ def _write_manifest(dest, rows, source):
     files = {p.relative_to(dest).as_posix(): {'size': p.stat().st_size, 'sha256': _sha256(p)}
              for p in sorted(dest.rglob('*')) if p.is_file()}
     manifest = {'cache': 'fashion_mnist', 'version': _cache_version, 'source': str(source), 'rows': rows, 'files': files}
-    atomic_write(dest/_manifest_name, json.dumps(manifest, indent=1, allow_nan=False))
+    write_json(dest/_manifest_name, manifest)
 
 def _files_problem(dest, verify=False):
     "The manifest of `dest` and why its files cannot be trusted (None if they can): sizes always, checksums of small files, of all with `verify`."

@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
 # %% ../nbs/10c_debuggers.ipynb #5878dc26
 from __future__ import annotations
-import os, json, math, numbers, tempfile, importlib, warnings
+import os, json, math, numbers, tempfile
 from contextlib import contextmanager
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,14 +14,13 @@ from pathlib import Path
 import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
-from torch import nn
 import torch.nn.functional as F
 
-from .core import apply, atomic_write, json_safe, json_restore, write_json
-from .core import to_host as _to_host
+from .core import apply, atomic_write, json_safe, json_restore, json_text, to_host, write_json
 from .learner import Callback
-from .hooks import Hook, LayerNotFoundError, select_modules
-from .kernel import Moments, batch_moments, row_moments, pow2_scale
+from .hooks import Hook, LayerNotFoundError, other_names, select_modules
+from .findings import finding, format_finding, judge
+from .kernel import batch_moments, row_moments, pow2_scale
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
 
 # %% auto #0
@@ -30,15 +29,16 @@ __all__ = ['forward_pass', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugge
            'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
-def find_module(model, name, arg='layer_name'):
-    "The submodule of `model` whose name in `model.named_modules()` is `name` (found by `select_modules`); a `LayerNotFoundError` naming the argument `arg` otherwise."
-    if not isinstance(name, str): raise TypeError(f"{arg} must be a layer name from model.named_modules() (a str), got {type(name).__name__}")
-    try: found = [m for n, m in select_modules(model, name, arg=arg) if n == name]
+def find_module(model, layer, arg='layer'):
+    "The one submodule of `model` that `layer` names (a name, or the class name of one layer), found by `select_modules`; a `LayerNotFoundError` naming `arg` otherwise."
+    if not isinstance(layer, str): raise TypeError(f"{arg} must be a layer name from model.named_modules() or a class name (a str), got {type(layer).__name__}")
+    try: found = select_modules(model, layer, arg=arg)
     except LayerNotFoundError as e: raise LayerNotFoundError(f"{e}. Use a name from dict(model.named_modules())") from None
-    if not found:   # `name` is a class name, and a debugger looks at one layer
-        layers = [n for n, m in model.named_modules() if type(m).__name__ == name]
-        raise LayerNotFoundError(f"{arg}: {name!r} is a class name, not a layer name; give the name of one of its layers, e.g. {layers[:5]}")
-    return found[0]
+    named = [m for n, m in found if n == layer]
+    if named: return named[0]
+    if len(found) > 1:
+        raise LayerNotFoundError(f"{arg}: {layer!r} is the class of {len(found)} layers, {[n for n, m in found][:5]}; a debugger watches one: give its name")
+    return found[0][1]
 
 # %% ../nbs/10c_debuggers.ipynb #bb20e7bf
 @contextmanager
@@ -62,30 +62,28 @@ def forward_pass(model, inputs, eval=True):
     "Run `model` on `inputs` without gradients, in eval mode when `eval` (each module's mode is restored after)."
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
 
-# %% ../nbs/10c_debuggers.ipynb #60ffa04e
-def to_host(o):
-    "`o` (nested dicts, lists and tuples) as a user reads it: 0-d tensors as Python numbers (read together), other tensors detached on the CPU (half precision as float32)."
-    return _to_host(o, scalars=True)
-
-
 # %% ../nbs/10c_debuggers.ipynb #7326c6b6
 class BaseDebugger:
-    "Interface of a debugger: `debugger(datapoint, model)` returns a dict of results for `datapoint` (a dict with `inputs` and `outputs`)."
-    def __call__(self, datapoint, model): raise NotImplementedError
+    "Interface of a debugger: `debugger(datapoint, model)` returns a dict of results for `datapoint` (a dict with `inputs` and `outputs`). Define `collect` or `__call__`."
     def collect(self, datapoint, model):
         "The results for `datapoint` as computed, device tensors allowed (what `SequentialDebugger` buffers); by default `self(datapoint, model)`."
+        if type(self).__call__ is BaseDebugger.__call__: raise NotImplementedError(f'{type(self).__name__} must define `collect` or `__call__`')
         return self(datapoint, model)
+    def __call__(self, datapoint, model):
+        "The results of `collect`, on the host."
+        return self.to_host(self.collect(datapoint, model))
     def to_host(self, results):
-        "`results` of `collect` as the user reads them: Python numbers, lists, strings and CPU tensors."
-        return to_host(results)
+        "`results` of `collect` as the user reads them: Python numbers, lists, strings and CPU tensors (lesson 00's `to_host`, `scalars=True`)."
+        return to_host(results, scalars=True)
     def check(self, model):
         "Raise now if this debugger cannot work on `model` (e.g. a wrong layer name)."
     def __repr__(self): return f'{type(self).__name__}()'
 
+@other_names
 class ForwardDebugger(BaseDebugger):
-    "A debugger that hooks the module called `layer_name` and turns its forward output into a dict with `process_forward`."
-    def __init__(self, layer_name):
-        self.layer_name, self.hook, self.active, self._captured = layer_name, None, True, None
+    "A debugger that hooks the module `layer` (see `find_module`) and turns its forward output into a dict with `process_forward`."
+    def __init__(self, layer):
+        self.layer, self.hook, self.active, self._captured = layer, None, True, None
 
     def process_forward(self, module, input, output):
         "Results for one forward call of the hooked `module`; subclasses implement this (without syncing with the device)."
@@ -95,14 +93,14 @@ class ForwardDebugger(BaseDebugger):
         if not self.active: return
         try: self._captured = self.process_forward(module, input, output)
         except Exception as e:
-            self._captured = {'error': f'{type(self).__name__}.process_forward failed on the output of {self.layer_name!r}: {type(e).__name__}: {e}'}
+            self._captured = {'error': f'{type(self).__name__}.process_forward failed on the output of {self.layer!r}: {type(e).__name__}: {e}'}
 
-    def check(self, model): find_module(model, self.layer_name)
+    def check(self, model): find_module(model, self.layer)
     def attach(self, model):
         "Hook the layer of `model` (replacing an earlier hook); returns `self`, a context manager that removes it."
         self.remove()
-        module = find_module(model, self.layer_name)
-        self.hook = Hook(module, self._hookfunc, name=getattr(module, '_hook_name', None) or self.layer_name)   # a name the user set is read, never written
+        module = find_module(model, self.layer)
+        self.hook = Hook(module, self._hookfunc, name=getattr(module, '_hook_name', None) or self.layer)   # a name the user set is read, never written
         return self
     def remove(self):
         "Remove the hook (safe to call when not attached)."
@@ -116,17 +114,14 @@ class ForwardDebugger(BaseDebugger):
     def pop(self):
         "The results of the last hooked forward call (an `error` dict if the layer did not run), forgetting them."
         res, self._captured = self._captured, None
-        return res if res is not None else {'error': f'layer {self.layer_name!r} did not run in the forward pass'}
+        return res if res is not None else {'error': f'layer {self.layer!r} did not run in the forward pass'}
 
     def collect(self, datapoint, model):
         "Device results of the forward pass that just ran with the hook attached; if not attached, of a forward pass run now."
         if not self.attached:
             with self.attach(model): forward_pass(model, datapoint['inputs'])
         return self.pop()
-    def __call__(self, datapoint, model):
-        "The results of `collect`, on the host."
-        return self.to_host(self.collect(datapoint, model))
-    def __repr__(self): return f'{type(self).__name__}({self.layer_name!r})'
+    def __repr__(self): return f'{type(self).__name__}({self.layer!r})'
 
 # %% ../nbs/10c_debuggers.ipynb #aa2a077b
 def output_error(output, what='Output'):
@@ -153,47 +148,43 @@ def moment_stats(x):
     return _moment_stats(batch_moments(as_float(x)))
 
 # %% ../nbs/10c_debuggers.ipynb #9c3be52a
-def nonfinite_finding(layer, nonfinite, numel):
-    "A finding (dict: `layer`, `issue`, `value`, `threshold`, `total`) when `nonfinite` of the `numel` values of `layer` were NaN or Inf, else None."
-    if not nonfinite: return None
-    issue = 'no finite values' if nonfinite == numel else 'nonfinite values'
-    return dict(layer=layer, issue=issue, value=nonfinite, threshold=0, total=numel)
-
-def format_finding(f):
-    "The sentence for a finding of `nonfinite_finding`."
-    n, total = f['value'], f['total']
-    if f['issue'] == 'no finite values': return f'all {total} values are NaN or Inf: there are no statistics (they are NaN)'
-    return f'{n} of {total} values are NaN or Inf: the statistics are over the other {total - n}'
-
-def explain_nonfinite(stats, numel, layer=None):
-    "Add `findings` and a `warning` (their text) to host `stats` (with `nonfinite`) when some or all of the `numel` values were NaN or Inf."
-    f = nonfinite_finding(layer, stats.get('nonfinite', 0), numel)
-    if f is not None: stats['findings'], stats['warning'] = [f], format_finding(f)
+def explain_nonfinite(stats, layer):
+    "Add `findings` and a `warning` (their sentences) to host `stats` (with `nonfinite` and `shape`) when some or all of the values of `layer` were NaN or Inf."
+    if not isinstance(stats, dict): return stats          # an error result has no statistics
+    found = judge(layer, nonfinite=stats.get('nonfinite', 0), total=math.prod(stats['shape']))
+    if found: stats['findings'], stats['warning'] = found, '; '.join(map(format_finding, found))
     return stats
 
+def as_lists(d, *keys):
+    "Host dict `d` with its tensors under `keys` as (nested) lists of Python numbers (`d` as it is when it is not a dict)."
+    if isinstance(d, dict): d.update({k: d[k].tolist() for k in keys if isinstance(d.get(k), torch.Tensor)})
+    return d
+
 # %% ../nbs/10c_debuggers.ipynb #f5844422
+@other_names
 class FeatureMapDebugger(ForwardDebugger):
     "Keep the layer's output (its first `max_samples` samples; all when None) and its mean, std, min, max and shape. Costs one copy of what is kept."
-    def __init__(self, layer_name, max_samples=None):
-        super().__init__(layer_name)
+    def __init__(self, layer, max_samples=None):
+        super().__init__(layer)
         self.max_samples = max_samples
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         kept = output.detach() if self.max_samples is None else output.detach()[:self.max_samples]
         return {'feature_map': kept.clone(),
                 'stats': {**moment_stats(output), 'shape': list(output.shape)},
-                'layer_name': self.layer_name}
+                'layer_name': self.layer}
     def to_host(self, results):
         "The stats as Python floats (plus `nonfinite`, and `findings` and a `warning` if there were NaN/Inf), the feature map as a CPU tensor."
-        res = to_host(results)
-        if isinstance(res.get('stats'), dict): explain_nonfinite(res['stats'], math.prod(res['stats']['shape']), self.layer_name)
+        res = super().to_host(results)
+        explain_nonfinite(res.get('stats'), self.layer)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #95376f18
+@other_names
 class AttentionDebugger(ForwardDebugger):
     "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its mean row entropy, max weight and mean distribution."
-    def __init__(self, layer_name, weights_index=1, eps=1e-8):
-        super().__init__(layer_name)
+    def __init__(self, layer, weights_index=1, eps=1e-8):
+        super().__init__(layer)
         self.weights_index, self.eps = weights_index, eps
     def process_forward(self, module, input, output):
         attn = output
@@ -208,20 +199,17 @@ class AttentionDebugger(ForwardDebugger):
         stats = {'entropy': row_entropy.mean(), 'max_attention': weights.max(), 'max_entropy': math.log(weights.shape[-1]),
                  'attention_distribution': weights.mean(0) if weights.ndim > 1 else weights}
         if weights.ndim == 4: stats['entropy_per_head'] = row_entropy.mean((0, 2))   # (batch, heads, queries, keys)
-        return {'attention_map': weights.clone(), 'attention_stats': stats, 'layer_name': self.layer_name}
+        return {'attention_map': weights.clone(), 'attention_stats': stats, 'layer_name': self.layer}
     def to_host(self, results):
         "Entropies and the max weight as Python floats (per head: a list), the map and the mean distribution as CPU tensors."
-        res = to_host(results)
-        stats = res.get('attention_stats')
-        if isinstance(stats, dict) and isinstance(stats.get('entropy_per_head'), torch.Tensor): stats['entropy_per_head'] = stats['entropy_per_head'].tolist()
+        res = super().to_host(results)
+        as_lists(res.get('attention_stats'), 'entropy_per_head')
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #8b5efbf9
 def channel_dims(x):
     "The dims channel statistics reduce: (0, 2, 3) for 4-d `x`, (0,) for 3-d and 5-d or more, None below 3-d."
-    if x.ndim == 4: return (0, 2, 3)
-    if x.ndim >= 3: return (0,)
-    return None
+    return (0, 2, 3) if x.ndim == 4 else (0,) if x.ndim >= 3 else None
 
 def finite_mean_std(x, dims):
     "Mean and unbiased std of the finite values of float `x` over `dims` (NaN where fewer than 1 or 2 are finite), from exact per-row `Moments`, on `x`'s device."
@@ -236,12 +224,12 @@ def _l2_norm(m):
     ms = m.mean * s
     return (m.m2 * s * s + m.count * ms * ms).sqrt() / s
 
-
 # %% ../nbs/10c_debuggers.ipynb #78e32d03
+@other_names
 class ActivationStatsDebugger(ForwardDebugger):
     "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
-    def __init__(self, layer_name, sat_low=-1., sat_high=1., n_samples=100):
-        super().__init__(layer_name)
+    def __init__(self, layer, sat_low=-1., sat_high=1., n_samples=100):
+        super().__init__(layer)
         self.sat_low, self.sat_high, self.n_samples = sat_low, sat_high, n_samples
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
@@ -255,36 +243,32 @@ class ActivationStatsDebugger(ForwardDebugger):
         dims = channel_dims(x)
         if dims is not None:
             stats['channel_means'], stats['channel_stds'] = finite_mean_std(x, dims)
-        return {'layer_name': self.layer_name, 'module_type': type(module).__name__, 'activation_stats': stats,
+        return {'layer_name': self.layer, 'module_type': type(module).__name__, 'activation_stats': stats,
                 'sample_values': x.reshape(-1)[:self.n_samples].clone()}
     def to_host(self, results):
         "Every statistic as a Python float or int, channel statistics and sample values as (nested) lists of floats."
-        res = to_host(results)
-        stats = res.get('activation_stats')
-        if not isinstance(stats, dict): return res
-        for k in ('channel_means', 'channel_stds'):
-            if isinstance(stats.get(k), torch.Tensor): stats[k] = stats[k].tolist()
-        if isinstance(res.get('sample_values'), torch.Tensor): res['sample_values'] = res['sample_values'].tolist()
-        explain_nonfinite(stats, math.prod(stats['shape']), self.layer_name)
+        res = as_lists(super().to_host(results), 'sample_values')
+        explain_nonfinite(as_lists(res.get('activation_stats'), 'channel_means', 'channel_stds'), self.layer)
         return res
 
 # %% ../nbs/10c_debuggers.ipynb #0fa4ed44
+@other_names
 class LayerOutputDebugger(ForwardDebugger):
     "Save the layer's raw output, average-pooled (`F.avg_pool2d`, floor) by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
-    def __init__(self, layer_name, downsample_factor=4):
-        super().__init__(layer_name)
+    def __init__(self, layer, downsample_factor=4):
+        super().__init__(layer)
         if not (isinstance(downsample_factor, int) and downsample_factor >= 1):
             raise ValueError(f'downsample_factor must be a positive int (1: no pooling), got {downsample_factor!r}')
         self.downsample_factor = downsample_factor
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x, k = output.detach(), self.downsample_factor
-        res = {'layer_name': self.layer_name, 'original_shape': list(x.shape), 'output': None, 'downsampled': k > 1, 'downsample_factor': k}
+        res = {'layer_name': self.layer, 'original_shape': list(x.shape), 'output': None, 'downsampled': k > 1, 'downsample_factor': k}
         if x.ndim in (3, 4) and k > 1:
             if min(x.shape[-2:]) >= k: res['output'] = F.avg_pool2d(as_float(x), k)   # (C,H,W) and (N,C,H,W) both pool H and W
             else:
-                res['findings'] = [dict(layer=self.layer_name, issue='not pooled', value=min(x.shape[-2:]), threshold=k)]
-                res['warning'] = f'the last two dims {list(x.shape[-2:])} are smaller than downsample_factor={k}: the output is not pooled'
+                f = finding(self.layer, 'not pooled', min(x.shape[-2:]), k, 'downsample_factor', dims=list(x.shape[-2:]))
+                res['findings'], res['warning'] = [f], format_finding(f)
         if res['output'] is None: res['output'] = x.clone()
         return res
 
@@ -299,12 +283,13 @@ def _image_size(inputs):
     apply(lambda t: sizes.append(tuple(t.shape[-2:])) if t.ndim == 4 else None, inputs)
     return sizes[0] if sizes else None
 
+@other_names
 class GradCAMDebugger(BaseDebugger):
-    "GradCAM heatmaps at `target_layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
-    def __init__(self, target_layer, target_class=None, eval_mode=True, normalize=True):
-        self.target_layer, self.target_class, self.eval_mode, self.normalize = target_layer, target_class, eval_mode, normalize
+    "GradCAM heatmaps `(batch, height, width)` at `layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
+    def __init__(self, layer, target_class=None, eval_mode=True, normalize=True):
+        self.layer, self.target_class, self.eval_mode, self.normalize = layer, target_class, eval_mode, normalize
 
-    def check(self, model): find_module(model, self.target_layer, arg='target_layer')
+    def check(self, model): find_module(model, self.layer)
 
     def targets(self, logits):
         "The class of each sample whose score is explained."
@@ -320,22 +305,22 @@ class GradCAMDebugger(BaseDebugger):
 
     def collect(self, datapoint, model):
         "The heatmaps, targets and channel weights as device tensors (no host read)."
-        module = find_module(model, self.target_layer, arg='target_layer')
+        module = find_module(model, self.layer)
         inputs, acts = _with_grad(datapoint['inputs']), []
-        base = {'target_layer': self.target_layer, 'target_class': self.target_class}
+        base = {'target_layer': self.layer, 'target_class': self.target_class}
         with eval_mode(model, self.eval_mode), torch.enable_grad(), Hook(module, lambda hook, m, i, o: acts.append(o)):
             logits = run_model(model, inputs)
         if not isinstance(logits, torch.Tensor): return {'error': f'Model output is not a tensor (got {type(logits).__name__})', **base}
         if logits.ndim != 2: return {'error': f'Model output has shape {list(logits.shape)}, not (batch, classes)', **base}
-        if not acts: return {'error': f'layer {self.target_layer!r} did not run in the forward pass', **base}
+        if not acts: return {'error': f'layer {self.layer!r} did not run in the forward pass', **base}
         act = acts[-1]
         if not isinstance(act, torch.Tensor) or act.ndim != 4:
             got = list(act.shape) if isinstance(act, torch.Tensor) else type(act).__name__
-            return {'error': f'GradCAM needs a (batch, channels, height, width) activation at {self.target_layer!r}, got {got}', **base}
+            return {'error': f'GradCAM needs a (batch, channels, height, width) activation at {self.layer!r}, got {got}', **base}
         targets = self.targets(logits)
         with torch.enable_grad(): score = logits.gather(1, targets[:, None]).sum()   # samples are independent in eval mode: one backward for all
         grads = torch.autograd.grad(score, act, allow_unused=True)[0] if act.requires_grad else None
-        if grads is None: return {'error': f'the model output does not depend on {self.target_layer!r}', **base}
+        if grads is None: return {'error': f'the model output does not depend on {self.layer!r}', **base}
         weights = grads.mean((2, 3))
         cam = F.relu((weights[:, :, None, None] * act.detach()).sum(1, keepdim=True))
         cam = F.interpolate(cam, size=_image_size(datapoint['inputs']) or act.shape[-2:], mode='bilinear', align_corners=False)[:, 0]
@@ -343,10 +328,7 @@ class GradCAMDebugger(BaseDebugger):
         return {'gradcam': cam, 'targets': targets, 'channel_weights': weights, **base,
                 'gradcam_stats': {'mean': cam.mean(), 'std': cam.std(), 'shape': list(cam.shape)}}
 
-    def __call__(self, datapoint, model):
-        "GradCAM for `datapoint` on the host: heatmaps `(batch, height, width)` as a CPU tensor, `gradcam_stats` as Python floats and a list."
-        return self.to_host(self.collect(datapoint, model))
-    def __repr__(self): return f'{type(self).__name__}({self.target_layer!r}, target_class={self.target_class!r})'
+    def __repr__(self): return f'{type(self).__name__}({self.layer!r}, target_class={self.target_class!r})'
 
 # %% ../nbs/10c_debuggers.ipynb #b90ff5f0
 def _leaf_nbytes(o):
@@ -377,10 +359,6 @@ def decode_records(struct, arrays, tensors=True):
     "Inverse of `encode_records` (`json_restore`): arrays come back as CPU tensors (numpy arrays if not `tensors`), non-finite floats as floats."
     return json_restore(_old_floats(struct), arrays, tensors=tensors)
 
-def strict_json(o, **kwargs):
-    "`o` (no arrays) as strict JSON text, non-finite floats as null with a `<key>_reason`."
-    return json.dumps(json_safe(o), allow_nan=False, **kwargs)
-
 # %% ../nbs/10c_debuggers.ipynb #15fc7a00
 INDEX = 'index.json'
 
@@ -388,7 +366,7 @@ def write_page(path, stem, records):
     "Write `records` as `{stem}.json` + `{stem}.npz` in folder `path`, atomically; returns the page's index entry."
     struct, arrays = encode_records({'records': records})
     atomic_write(Path(path)/f'{stem}.npz', lambda f: np.savez(f, **arrays))
-    atomic_write(Path(path)/f'{stem}.json', json.dumps(struct, allow_nan=False))
+    atomic_write(Path(path)/f'{stem}.json', json_text(struct))
     return {'json': f'{stem}.json', 'npz': f'{stem}.npz', 'n_records': len(records), 'nbytes': sum(a.nbytes for a in arrays.values())}
 
 def _page_file(path, name):
@@ -401,7 +379,6 @@ def read_index(path):
     path = Path(path)
     if not (path/INDEX).exists(): raise FileNotFoundError(f'no debugger pages in {path}: {INDEX} is missing (pages are written by SequentialDebugger.flush)')
     return json.loads((path/INDEX).read_text())
-
 
 # %% ../nbs/10c_debuggers.ipynb #f5dceb88
 def iter_records(path, tensors=True):
@@ -430,17 +407,13 @@ def debugger_registry() -> dict:
 
 def _resolve_class(cls, where):
     "The debugger class `cls` names: looked up in `debugger_registry`, never imported (a config must not run a module's code)."
-    if isinstance(cls, str):
-        found = debugger_registry().get(cls)
-        if found is None:
-            known = sorted(n for n in debugger_registry() if '.' not in n)
-            raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}; "
-                             "a name is looked up among the debuggers already defined, nothing is imported: import your module first, or pass the class itself")
-        cls = found
-    if not (isinstance(cls, type) and issubclass(cls, BaseDebugger)):
+    found = debugger_registry().get(cls) if isinstance(cls, str) else cls
+    if not (isinstance(found, type) and issubclass(found, BaseDebugger)):
         known = sorted(n for n in debugger_registry() if '.' not in n)
-        raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}")
-    return cls
+        unknown_name = ("; a name is looked up among the debuggers already defined, nothing is imported: import your module first, or pass the class itself"
+                        if isinstance(cls, str) else '')
+        raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}{unknown_name}")
+    return found
 
 def build_debugger(config, where='debugger_config'):
     "Build `config['class'](**config['args'])`; the class may be given by name (`'FeatureMapDebugger'`) or dotted path."
@@ -491,17 +464,15 @@ class SequentialDebugger(BaseDebugger):
         finally:
             for d in fwd: d.active = True
 
-    read_pages = staticmethod(load_pages)
+    def to_host(self, results):
+        "`{name: results}` with each debugger's results as its `to_host` gives them."
+        plain = super().to_host
+        return {name: self.debuggers[name].to_host(r) if name in self.debuggers else plain(r) for name, r in results.items()}
     @property
     def peak_buffer_mb(self): return self.peak_buffer_bytes / 2**20
     def __repr__(self): return f'{type(self).__name__}({self.page_size_mb}MB, {list(self.debuggers)})'
 
 # %% ../nbs/10c_debuggers.ipynb #691783c9
-@patch
-def to_host(self:SequentialDebugger, results):
-    "`{name: results}` with each debugger's results as its `to_host` gives them."
-    return {name: self.debuggers[name].to_host(r) if name in self.debuggers else to_host(r) for name, r in results.items()}
-
 @patch
 def add(self:SequentialDebugger, record):
     "Buffer `record`, writing a page when the buffer reaches `page_size_mb`."
@@ -569,56 +540,49 @@ def __call__(self:SequentialDebugger, datapoint, model, **meta):
     return self.to_host(self.collect(datapoint, model, **meta)['results'])
 
 # %% ../nbs/10c_debuggers.ipynb #771eaa51
+@other_names
 class DebugCB(Callback):
     "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every_epoch`-th epoch (or of `epochs`) of a fit."
     order = 1
-    def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1, *, every=None, on_val=None):
-        if every is not None:
-            warnings.warn("DebugCB(every=...) is deprecated: give `every_epoch` (in miniai `every` counts batches)", DeprecationWarning, stacklevel=2)
-            every_epoch = every
+    def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
         if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
         if not (isinstance(every_epoch, int) and not isinstance(every_epoch, bool) and every_epoch >= 1):
             raise ValueError(f'every_epoch (checkpoint_method) must be a positive int of epochs, got {every_epoch!r}')
-        if on_val is not None: on_valid = on_val
         fc.store_attr('debugger,every_epoch,epochs,batches,on_train,on_valid,n_inp')
         self.active = self.checked = False
-
-    @property
-    def on_val(self): return self.on_valid
 
     @classmethod
     def from_config(cls, config, **kwargs):
         "A `DebugCB` from a config dict: `{'checkpoint_method': N, 'debugger': {'class': SequentialDebugger, 'args': ...}}`, N being `every_epoch`."
         return cls(config['debugger'], every_epoch=config.get('checkpoint_method', 1), **kwargs)
 
-    def chosen(self):
-        "Whether the current batch of the learner is debugged."
-        learn = self.learn
+    def chosen(self, learn):
+        "Whether the current batch of `learn` is debugged."
         if not (self.on_train if learn.training else self.on_valid): return False
         epoch_ok = learn.epoch in self.epochs if self.epochs is not None else (learn.epoch + 1) % self.every_epoch == 0
         return epoch_ok and (self.batches is None or learn.iter in self.batches)
 
-    def before_fit(self):
+    def before_fit(self, learn):
         self.checked = False
-        self.debugger.check(self.learn.model)
+        self.debugger.check(learn.model)
         self.debugger.check_path()
         self.checked = True
-    def before_batch(self):
-        self.active = self.chosen()
-        if self.active: self.debugger.attach(self.learn.model)
-    def after_predict(self):
+    def before_batch(self, learn):
+        self.active = self.chosen(learn)
+        if self.active: self.debugger.attach(learn.model)
+    def after_predict(self, learn):
         if not self.active: return
-        learn, k = self.learn, self.n_inp
+        k = self.n_inp
         inputs = learn.batch[0] if k == 1 else tuple(learn.batch[:k])
         targets = learn.batch[k] if len(learn.batch) == k+1 else tuple(learn.batch[k:])
-        try: self.debugger.collect({'inputs': inputs, 'outputs': learn.preds, 'targets': targets}, learn.model,
-                                   epoch=learn.epoch, iter=learn.iter, train=learn.training)
-        finally: self.debugger.remove()
-    def cleanup_batch(self):
+        self.debugger.collect({'inputs': inputs, 'outputs': learn.preds, 'targets': targets}, learn.model,
+                              epoch=learn.epoch, iter=learn.iter, train=learn.training)
+        self.debugger.remove()      # if collect raised, `cleanup_batch` removes the hooks
+    def cleanup_batch(self, learn):
         if self.active: self.debugger.remove()
         self.active = False
-    def cleanup_fit(self):
+    def cleanup_fit(self, learn):
         "Remove the hooks first, then write what is left (unless `before_fit` found nothing to write to)."
         try: self.debugger.remove()
         finally:

@@ -6,28 +6,21 @@ Docs: https://miniai.github.io/miniai/distributed.html.md"""
 
 # %% ../nbs/11b_distributed.ipynb #0bf79539
 from __future__ import annotations
-import os, math, datetime
+import os, datetime
 import torch, torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 from torch.nn.parallel import DistributedDataParallel
+from .core import rank, world_size
 from .learner import Callback
 from .datasets import DataLoaders
 from .activations import ActivationStats
 from .kernel import Recorder, Moments, FIELDS
 
 # %% auto #0
-__all__ = ['world_size', 'rank', 'StridedSampler', 'DistributedCB', 'merge_recorded', 'sync_activation_stats']
+__all__ = ['StridedSampler', 'DistributedCB', 'merge_recorded', 'sync_activation_stats', 'rank', 'world_size']
 
 # %% ../nbs/11b_distributed.ipynb #dc3749d0
-def world_size():
-    "The number of ranks of the run: the process group's, else `torchrun`'s `WORLD_SIZE`, else 1."
-    if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
-    return int(os.environ.get('WORLD_SIZE', '1'))
-
-def rank():
-    "This process's rank: the process group's, else `torchrun`'s `RANK`, else 0."
-    if dist.is_available() and dist.is_initialized(): return dist.get_rank()
-    return int(os.environ.get('RANK', '0'))
+_all_ = ['rank', 'world_size']   # from miniai.core, where every tool reads them
 
 class StridedSampler(Sampler):
     "Every `num_replicas`-th index of `dataset` from `rank`, in order: a validation shard without padding (no item counted twice)."
@@ -47,8 +40,7 @@ class DistributedCB(Callback):
     def __init__(self, backend=None, timeout=60., seed=0):
         self.backend, self.timeout, self.seed, self.active, self.owns_group = backend, timeout, seed, False, False
 
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         if world_size() <= 1 or not dist.is_available(): return
         if not dist.is_initialized():
             backend = self.backend or ('nccl' if torch.cuda.is_available() else 'gloo')
@@ -63,13 +55,11 @@ class DistributedCB(Callback):
         learn.dls = DataLoaders(_shard(self.dls.train, self.train_sampler),
                                 _shard(self.dls.valid, StridedSampler(self.dls.valid.dataset, self.world_size, self.rank)))
 
-    def before_epoch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_epoch(self, learn):
         if self.active and learn.training: self.train_sampler.set_epoch(learn.epoch)   # a new shuffle each epoch, the same on every rank
 
-    def after_epoch(self, learn=None):
+    def after_epoch(self, learn):
         "Replace each metric's state by the merge of all ranks' (torcheval), before `MetricsCB` computes it."
-        learn = self.learn if learn is None else learn
         metrics = getattr(learn, 'metrics', None)
         if not self.active or metrics is None: return
         from torcheval.metrics.toolkit import get_synced_metric
@@ -77,16 +67,14 @@ class DistributedCB(Callback):
             synced = get_synced_metric(m)   # every rank gets the merged metric
             m.load_state_dict(synced.state_dict())
 
-    def after_fit(self, learn=None):
+    def after_fit(self, learn):
         "Combine the ranks' statistics: `ActivationStats` per batch (`sync_activation_stats`), `StatisticsCB` run-wide (its `all_reduce`)."
-        learn = self.learn if learn is None else learn
         if not self.active: return
         for cb in learn.cbs:
             if isinstance(cb, ActivationStats): sync_activation_stats(cb)
             elif hasattr(cb, 'stats') and callable(getattr(cb.stats, 'all_reduce', None)): cb.stats.all_reduce()
 
-    def cleanup_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def cleanup_fit(self, learn):
         if self.active:
             learn.model, learn.dls, self.active = self.model, self.dls, False
             self.model = self.dls = None

@@ -1,4 +1,4 @@
-"""Save the activations and gradients of chosen layers to disk, one folder per rank, and compare two runs file by file with `miniai-compare`.
+"""Save the activations and gradients of chosen layers to disk, one folder per rank, as `.npy` files that any tool can read.
 
 Docs: https://miniai.github.io/miniai/dumps.html.md"""
 
@@ -6,8 +6,7 @@ Docs: https://miniai.github.io/miniai/dumps.html.md"""
 
 # %% ../nbs/10b_dumps.ipynb #ed7b7bf4
 from __future__ import annotations
-import argparse, collections, contextlib, csv, errno, functools, hashlib, io, json, math, os, re, stat, sys, threading, warnings, weakref
-from concurrent.futures import ThreadPoolExecutor, as_completed
+import collections, contextlib, functools, hashlib, io, os, re, stat, sys, threading, warnings, weakref
 from functools import partial
 from pathlib import Path
 
@@ -15,14 +14,12 @@ import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
-from fastprogress import progress_bar
-from .core import _NOFOLLOW, atomic_write, json_safe, to_host
-from .kernel import Moments, batch_moments
+from .core import _NOFOLLOW, atomic_write, json_text, rank, to_host
+from .hooks import Hooks, LayerNotFoundError, other_names, select_modules, tensor_items
 
 # %% auto #0
-__all__ = ['TargetClassWarning', 'SavingHook', 'register_saving_hook', 'register_hook', 'DumpIndexError', 'dump_index',
-           'load_dump', 'compare_arrays', 'compare_files', 'CompareSetupError', 'read_csv', 'compare_dumps',
-           'find_failures', 'compare_main']
+__all__ = ['register_hook', 'dump_filename', 'rank_dir', 'TargetClassWarning', 'TargetClassError', 'SavingHook',
+           'register_saving_hook']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def _sanitize_name(name) -> str:
@@ -49,15 +46,10 @@ def dump_filename(idx, layer_class, layer_name, micro_step) -> str:
     return (f'tensor_idx_{int(idx)}_layer_class_{cls}'
             f'_layer_name_{_shorten(name, _MAX_DUMP_NAME - fixed)}_micro_step_{int(micro_step)}.npy')
 
-def _get_rank() -> int:
-    "This process's rank in `torch.distributed` when a process group is initialised, else 0."
-    dist = torch.distributed
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-def rank_dir(path, kind='tensors', rank=None) -> Path:
-    "The folder `path/kind/rank_R` where this rank's (or `rank`'s) dumps of `kind` ('tensors' or 'grads') go."
+def rank_dir(path, kind='tensors', rank_no=None) -> Path:
+    "The folder `path/kind/rank_R` where this rank's (or rank `rank_no`'s) dumps of `kind` ('tensors' or 'grads') go."
     if kind not in ('tensors', 'grads'): raise ValueError(f"kind must be 'tensors' or 'grads', not {kind!r}")
-    return Path(path)/kind/f'rank_{_get_rank() if rank is None else int(rank)}'
+    return Path(path)/kind/f'rank_{rank() if rank_no is None else int(rank_no)}'
 
 # %% ../nbs/10b_dumps.ipynb #53291cc3
 _headers, _dtype_names = {}, {}
@@ -74,7 +66,7 @@ def _npy_header(arr):
     return _headers[key]
 
 def _dtype_name(dt):
-    "'float32' for `torch.float32` or numpy's float32, cached (numpy takes microseconds to name a dtype)."
+    "'float32' for `torch.float32` or numpy's float32, cached (numpy is slow to name a dtype)."
     name = _dtype_names.get(dt)
     if name is None: name = _dtype_names[dt] = str(dt).replace('torch.', '')
     return name
@@ -207,13 +199,9 @@ class DumpWriter:
             if buf is not None: self.pool.release(buf)
 
 # %% ../nbs/10b_dumps.ipynb #43fa1001
-_encoder = json.JSONEncoder(allow_nan=False)
-
 def _index_json(entries):
-    "The text of an `index.json`: one line per file, sorted by name. Plain values go through json's C encoder in one call; others through `json_safe`."
-    index = dict(sorted(entries.items()))
-    try: text = _encoder.encode(index)
-    except (TypeError, ValueError): text = _encoder.encode(json_safe(index))
+    "The text of an `index.json` (strict JSON, through `json_text`): one line per file, sorted by name."
+    text = json_text(dict(sorted(entries.items())))
     # `}, "` ends one file's entry: inside a JSON string a quote is always escaped, so a break there keeps the JSON valid
     return '{\n' + text[1:-1].replace('}, "', '},\n"') + '\n}\n'
 
@@ -226,7 +214,7 @@ def flush(self:DumpWriter):
         written, self.written = self.written, []
         changed = set()
         for fn, info, meta in written:
-            folder, name = os.path.split(fn)   # strings: hashing a Path costs microseconds
+            folder, name = os.path.split(fn)   # strings: cheaper to split and hash than a Path
             self.index.setdefault(folder, {})[name] = {**info, **meta}
             changed.add(folder)
         for folder in changed: atomic_write(os.path.join(folder, 'index.json'), _index_json(self.index[folder]))
@@ -247,51 +235,39 @@ def close(self:DumpWriter):
 
 # %% ../nbs/10b_dumps.ipynb #fcf20123
 class TargetClassWarning(UserWarning):
-    "Some of `target_class_names` match no module of the model: the others are saved."
+    "Some names of `layers` match no module of the model: the others are saved."
 
-def _as_names(target_class_names):
-    "`target_class_names` as a list of str without repeats, or None (the default classes)."
-    if target_class_names is None: return None
-    names = [target_class_names] if isinstance(target_class_names, str) else target_class_names
-    if not isinstance(names, (list, tuple, set)) or not names or not all(isinstance(o, str) for o in names):
-        raise TypeError(f"target_class_names must be a str or a list of str (class names, not modules), got {target_class_names!r}")
-    return list(dict.fromkeys(names))
+class TargetClassError(LayerNotFoundError, ValueError):
+    "`layers` matches no module of the model: nothing would be saved."
 
-def _trainable_leaf(m):
-    "True for a leaf module that owns trainable parameters."
-    return next(m.children(), None) is None and any(p.requires_grad for p in m.parameters(recurse=False))
+def _class_names(model):
+    "The class names of `model`'s modules, as the end of an error message."
+    return f"its modules' class names are: {', '.join(sorted({type(m).__name__ for m in model.modules()}))}"
 
-def _default_target_classes(model:nn.Module) -> list:
-    "The class names `target_class_names=None` stands for: the classes of `model`'s leaf modules that own trainable parameters, in the order they first appear."
-    return list(dict.fromkeys(type(m).__name__ for m in model.modules() if _trainable_leaf(m)))
+def _names(layers):
+    "`layers` as a list of names without repeats when it is a name or a list of names, else None."
+    names = [layers] if isinstance(layers, str) else layers
+    if isinstance(names, (list, tuple, set)) and names and all(isinstance(o, str) for o in names): return list(dict.fromkeys(names))
+    return None
 
-@functools.cache
-def _target_class_error():
-    "`TargetClassError`, made on first use: `miniai.hooks` loads the training stack, which `miniai-compare` does without."
-    from miniai.hooks import LayerNotFoundError
-    class TargetClassError(LayerNotFoundError, ValueError):
-        "No name of `target_class_names` matches a module of the model: nothing would be saved."
-    return TargetClassError
-
-def _resolve_target_classes(model:nn.Module, target_class_names=None) -> list:
-    "The names of `target_class_names` (None: `_default_target_classes`) that match modules of `model`, through `select_modules`; warns about the others, raises if none matches."
-    from miniai.hooks import select_modules, LayerNotFoundError
-    names, what = _as_names(target_class_names), type(model).__name__
-    available = sorted({type(m).__name__ for m in model.modules()})
-    have = f"its modules' class names are: {', '.join(available)}"
+def _pick_layers(model:nn.Module, layers=None):
+    "`layers` without the names that match no module of `model` (a `TargetClassWarning` names them), and the `(name, module)` pairs it picks; a `TargetClassError` when it picks nothing."
+    names, what = _names(layers), type(model).__name__
     if names is None:
-        names = _default_target_classes(model)
-        if not names: raise ValueError(f"target_class_names=None saves the leaf modules that have trainable parameters, and this {what} "
-                                       f"has none: pass the class names to save ({have})")
+        targets = select_modules(model, layers)
+        if targets: return layers, targets
+        if layers is None: raise TargetClassError(f"layers=None saves the leaf modules that hold parameters (`default_layers`), and this {what} "
+                                                  f"has none: pass the layers to save ({_class_names(model)})")
+        raise TargetClassError(f"layers={layers!r} match no module of this {what}; {_class_names(model)}")
     found, misses = [], {}
     for name in names:
-        try: select_modules(model, [name], arg='target_class_names'); found.append(name)
+        try: select_modules(model, [name]); found.append(name)
         except LayerNotFoundError as e: misses[name] = str(e)
     unknown, hints = list(misses), ''.join(f'\n{m}' for m in misses.values())
-    if not found: raise _target_class_error()(f"target_class_names {unknown} match no module of this {what}; {have}{hints}")
-    if unknown: warnings.warn(f"target_class_names {unknown} match no module of this {what}, so only {found} are saved; {have}{hints}",
+    if not found: raise TargetClassError(f"layers {unknown} match no module of this {what}; {_class_names(model)}{hints}")
+    if unknown: warnings.warn(f"layers {unknown} match no module of this {what}, so only {found} are saved; {_class_names(model)}{hints}",
                               TargetClassWarning, stacklevel=4)
-    return found
+    return found, select_modules(model, found)
 
 def _limit_ok(count, limit): return limit < 0 or count < limit
 
@@ -306,10 +282,10 @@ def _flush_at_exit(writer, path):
 _IF_EXISTS = ('error', 'overwrite', 'new_run')
 _LOCK = '.miniai-writer.lock'
 
-def _fresh_run(path, rank):
-    "The first `path/run_N` where this rank has written nothing yet."
+def _fresh_run(path, rank_no):
+    "The first `path/run_N` where rank `rank_no` has written nothing yet."
     n = 0
-    while (path/f'run_{n}'/'tensors'/f'rank_{rank}').exists() or (path/f'run_{n}'/'grads'/f'rank_{rank}').exists(): n += 1
+    while rank_dir(path/f'run_{n}', 'tensors', rank_no).exists() or rank_dir(path/f'run_{n}', 'grads', rank_no).exists(): n += 1
     return path/f'run_{n}'
 
 def _lock_folder(folder):
@@ -342,14 +318,14 @@ def _claim_folders(path, folders, overwrite=False):
         os.unlink(fn)
 
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
+@other_names
 class SavingHook:
-    "Save outputs and gradients of `model`'s modules whose class is in `target_class_names` (None: the classes of the leaf modules with trainable parameters) under `path`; see `register_saving_hook`."
-    def __init__(self, model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
+    "Save the outputs and parameter gradients of `model`'s `layers` (see `select_modules`; None: `default_layers`) under `path`; see `register_saving_hook`."
+    def __init__(self, model:nn.Module, path='./tmp_tensors', layers=None, max_saved_tensors=50,
                  max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None, if_exists='error'):
-        from miniai.hooks import Hooks, select_modules, tensor_items   # imported here so that `miniai-compare` starts without the training stack
-        self.target_class_names = names = _resolve_target_classes(model, target_class_names)
+        self.layers, targets = _pick_layers(model, layers)
         fc.store_attr('max_saved_tensors,max_saved_grads,save_output_grads')
-        self.rank = _get_rank()
+        self.rank = rank()
         if if_exists not in _IF_EXISTS: raise ValueError(f"if_exists must be one of {_IF_EXISTS}, got {if_exists!r}")
         if if_exists == 'new_run': path = _fresh_run(Path(path), self.rank)
         self.path = Path(path)
@@ -359,12 +335,10 @@ class SavingHook:
         try: _claim_folders(self.path, (self.tensor_dir, self.grad_dir), overwrite=if_exists == 'overwrite')
         except BaseException: os.close(lock); raise
         self._unlock = weakref.finalize(self, _release_lock, lock, os.path.join(self.tensor_dir, _LOCK))
-        self._dirs = str(self.tensor_dir), str(self.grad_dir)   # file names are joined as strings: a Path per file costs microseconds
+        self._dirs = str(self.tensor_dir), str(self.grad_dir)   # file names are joined as strings: cheaper than a Path per file
         self.n_tensors = self.n_grads = 0
         self.micro_step, self.closed = -1, False
         self.writer = DumpWriter(buffer_mb, queue_size, background=background)
-        targets = select_modules(model, names, arg='target_class_names')
-        self.tensor_items = tensor_items
         self.hooks = Hooks([(n or 'model', m) for n, m in targets], self._save_output)   # each hook named by the module's qualified name
         self.handles = [model.register_forward_pre_hook(self._next_step)]
         seen = set()
@@ -383,7 +357,7 @@ class SavingHook:
     def _save_output(self, hook, module, inp, outp):
         if self.closed: return
         cls, name = type(module).__name__, hook.name
-        items = self.tensor_items(outp)
+        items = tensor_items(outp)
         for key, t in items:
             t_name = name if len(items) == 1 else f'{name}.{key}'
             if self.save_output_grads and t.requires_grad:
@@ -416,449 +390,24 @@ class SavingHook:
         try: self.writer.close()
         finally: self._unlock()   # the folder is free for the next run
 
-    close = remove
     def __enter__(self): return self
     def __exit__(self, *args): self.remove()
     def __repr__(self): return (f'SavingHook({self.tensor_dir.parent.parent}, rank={self.rank}, saved {self.n_tensors} tensors '
                                 f'and {self.n_grads} grads{", removed" if self.closed else ""})')
 
 # %% ../nbs/10b_dumps.ipynb #2e32a9f6
-def _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, caller):
-    new = SavingHook(model, path, target_class_names, max_saved_tensors, max_saved_grads, **kwargs)
+@other_names
+def register_saving_hook(model:nn.Module, path='./tmp_tensors', layers=None, max_saved_tensors=50,
+                         max_saved_grads=100, **kwargs) -> nn.Module:
+    "Hook `model` to save the outputs and parameter gradients of its `layers` (None: `default_layers`) as `model.saving_hook`, a `SavingHook` (`kwargs` go to it); a hook registered before is removed, with a warning."
+    new = SavingHook(model, path, layers, max_saved_tensors, max_saved_grads, **kwargs)
     old = getattr(model, 'saving_hook', None)
     try:
         if isinstance(old, SavingHook) and not old.closed:
-            warnings.warn(f"{caller}: this model already had a saving hook, {old!r}; it is removed (its files are "
+            warnings.warn(f"register_saving_hook: this model already had a saving hook, {old!r}; it is removed (its files are "
                           f"flushed) and replaced by the new one on {path}", stacklevel=3)
             old.remove()
     finally: model.saving_hook = new
     return model
 
-def register_saving_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
-                         max_saved_grads=100, **kwargs) -> nn.Module:
-    "Hook `model` to save the outputs and parameter gradients of modules whose class name is in `target_class_names` (None: every class of leaf module with trainable parameters); a hook registered before is removed, with a warning."
-    return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_saving_hook')
-
-def register_hook(model:nn.Module, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50,
-                  max_saved_grads=100, **kwargs) -> nn.Module:
-    "`register_saving_hook` under a shorter name: the same arguments, defaults and result."
-    return _register(model, path, target_class_names, max_saved_tensors, max_saved_grads, kwargs, 'register_hook')
-
-# %% ../nbs/10b_dumps.ipynb #ca1f88ac
-_MAX_INDEX_BYTES = 64*2**20   # an index line is ~200 bytes: room for 300,000 files
-
-class DumpIndexError(ValueError):
-    "An `index.json` that is not one miniai wrote: a link, not a regular file, too large, not JSON, or not the expected shape."
-
-def _read_regular(fn, cap):
-    "The bytes of regular file `fn`, read as `.npy` files are: no symlink, FIFO or device (no hang), at most `cap` bytes."
-    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise DumpIndexError(f'{_display_name(fn)}: a symlink, not followed') from None
-        raise
-    with open(fd, 'rb') as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode): raise DumpIndexError(f'{_display_name(fn)}: {_file_kind(st.st_mode)}, not a regular file')
-        if st.st_size > cap: raise DumpIndexError(f'{_display_name(fn)}: {st.st_size} bytes, more than the {cap} an index may hold')
-        return f.read(cap + 1)
-
-def _check_index(index, fn):
-    "`index` if it has the shape `DumpWriter` writes: {file name: {field: a number, a string, or a list of numbers}}."
-    if not isinstance(index, dict): raise DumpIndexError(f'{_display_name(fn)}: not a JSON object of files')
-    for name, entry in index.items():
-        if not isinstance(entry, dict): raise DumpIndexError(f'{_display_name(fn)}: the entry of {_display_name(name)} is not a JSON object')
-        for k, v in entry.items():
-            flat = v is None or isinstance(v, (str, int, float)) or (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v))
-            if not flat: raise DumpIndexError(f'{_display_name(fn)}: field {_display_name(k)} of {_display_name(name)} is not a number, a string or a list of numbers')
-    return index
-
-def dump_index(folder) -> dict:
-    "The `index.json` of a dump folder (file name -> dtype, shape, layer, micro step), or {} if there is none; one that is not what miniai writes is a `DumpIndexError`."
-    fn = os.path.join(folder, 'index.json')
-    try: data = _read_regular(fn, _MAX_INDEX_BYTES)
-    except FileNotFoundError: return {}
-    try: index = json.loads(data)
-    except RecursionError: raise DumpIndexError(f'{_display_name(fn)}: nested too deeply to be an index') from None
-    except ValueError as e: raise DumpIndexError(f'{_display_name(fn)}: not JSON ({str(e).splitlines()[0]})') from None
-    return _check_index(index, fn)
-
-def load_dump(fn, tensor=False, mmap=False):
-    "Load a dumped `.npy` without pickle; with `tensor=True`, as a torch tensor in its original dtype."
-    fn = Path(fn)
-    arr = np.load(fn, allow_pickle=False, mmap_mode='r' if mmap else None)
-    if not tensor: return arr
-    dtype = dump_index(fn.parent).get(fn.name, {}).get('dtype')
-    res = torch.from_numpy(np.array(arr))
-    return res.to(getattr(torch, dtype)) if dtype and hasattr(torch, dtype) else res
-
-# %% ../nbs/10b_dumps.ipynb #855f1a06
-_stat_cols = ['cosine similarity', 'meanA', 'meanB', 'meanA - meanB', 'stdA', 'stdB', 'stdA - stdB', 'varA', 'varB', 'varA - varB']
-CSV_COLUMNS = ['tensor_name', *_stat_cols, 'max_abs_err', 'max_rel_err', 'sqnr_db', 'nan_A', 'inf_A', 'nan_B', 'inf_B',
-               'nan_pos_mismatch', 'inf_pos_mismatch', 'n_finite_both', 'n_elements']
-
-# %% ../nbs/10b_dumps.ipynb #b832ad2e
-def _dot(x, y):
-    "Float64 dot product of 1-d arrays; `einsum`, because BLAS threads are slow to wake up for one vector."
-    return float(np.einsum('i,i->', x, y))
-
-def _first_finite(v):
-    "The first finite value of 1-d array `v` as a float, or None when there is none."
-    if v.size and math.isfinite(v[0]): return float(v[0])
-    idx = np.flatnonzero(np.isfinite(v))
-    return float(v[idx[0]]) if idx.size else None
-
-def _chunk_moments(x, s=1., shift=0., buf=None):
-    "The kernel's `Moments` of float64 chunk `x` times `s` minus `shift` (NaN and Inf stay what they are), computed in `buf` when `s` or `shift` asks for a copy."
-    if s != 1.: x = np.multiply(x, s, out=buf)
-    if shift: x = np.subtract(x, shift, out=buf)
-    return batch_moments(torch.from_numpy(x), zeros=False)
-
-def _finite_stats(rows, s=1., shift=0.):
-    "(mean, std, var, n_nan, n_inf) of the finite values (population std and variance) from the chunks' `Moments` `rows` of values times `s` minus `shift`, folded into one."
-    m = (Moments.stack(rows).fold() if rows else Moments.empty()).to_dict()
-    n, nan = m['count'], math.nan
-    if not n: return nan, nan, nan, m['nan'], m['posinf'] + m['neginf']
-    return (shift + m['mean'])/s, math.sqrt(m['m2']/n)/s, m['m2']/n/s/s, m['nan'], m['posinf'] + m['neginf']
-
-
-# %% ../nbs/10b_dumps.ipynb #f4d46d8d
-def _cosine(dot, sq_a, sq_b):
-    if sq_a == 0 and sq_b == 0: return 1.0
-    if sq_a == 0 or sq_b == 0: return 0.0
-    prod = sq_a*sq_b   # one square root: sqrt(fl(s*s)) is s, so equal arrays give exactly 1
-    norm = math.sqrt(prod) if 0 < prod < math.inf else math.sqrt(sq_a)*math.sqrt(sq_b)
-    return float(np.clip(dot/norm, -1., 1.))
-
-def _pow2_scale(m):
-    "A power of two `s` that brings `m*s` near 1 (1 when `m` is 0): multiplying by it is exact."
-    return math.ldexp(1., min(max(-math.frexp(m)[1], -1022), 1022)) if m > 0 else 1.
-
-def _max_abs(x):
-    return float(np.abs(x).max()) if x.size else 0.
-
-def _max_abs_finite(a, b, chunk_size):
-    "Largest finite |a|, |b|, and the largest |a|, |b| where both are finite."
-    res = [0.]*4
-    for i in range(0, a.size, chunk_size):
-        x, y = np.asarray(a[i:i+chunk_size], dtype=np.float64), np.asarray(b[i:i+chunk_size], dtype=np.float64)
-        lo_x, hi_x, lo_y, hi_y = float(x.min()), float(x.max()), float(y.min()), float(y.max())   # NaN and Inf show here
-        if all(map(math.isfinite, (lo_x, hi_x, lo_y, hi_y))):   # all finite: no masks, no copies
-            ma, mb = max(hi_x, -lo_x), max(hi_y, -lo_y)
-            res = [max(r, v) for r, v in zip(res, [ma, mb, ma, mb])]
-            continue
-        fin_x, fin_y = np.isfinite(x), np.isfinite(y)
-        both = fin_x & fin_y
-        res = [max(r, _max_abs(v)) for r, v in zip(res, [x[fin_x], y[fin_y], x[both], y[both]])]
-    return res
-
-def _log10(x): return math.log10(x) if x > 0 else -math.inf
-
-# %% ../nbs/10b_dumps.ipynb #e672a483
-def compare_arrays(a, b, chunk_size=1<<19) -> dict:
-    "Statistics of two same-shape arrays (in float64, chunk by chunk): the `CSV_COLUMNS` except `tensor_name`."
-    if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
-    both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
-    a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
-    chunk_size = max(1, int(chunk_size))
-    # float64 data can overflow a sum of squares: scale A and B by powers of two (exact), at the cost of one more read.
-    # float32 and narrower data cannot (3.4e38**2 is far from float64's 1.8e308): no scaling, no extra read.
-    wide = max(a.dtype.itemsize, b.dtype.itemsize) > 4 and (a.dtype.kind == 'f' or b.dtype.kind == 'f')
-    maxima = _max_abs_finite(a, b, chunk_size) if wide else [0.]*4
-    sa, sb, ca, cb = map(_pow2_scale, maxima)   # moments: A's and B's own scale; cosine: over the positions finite in both
-    se = min(ca, cb)                            # sum of squared errors: one scale for both
-    centre = max(a.dtype.itemsize, b.dtype.itemsize) > 4   # 53-bit values: moments around a value of the data, so a huge mean keeps the spread's digits
-    rows_a, rows_b, shift_a, shift_b = [], [], None, None
-    dot = sq_a = sq_b = sq_a_err = sq_err = max_err = max_abs_a = max_err_s = max_a_s = 0.
-    nan_mis = inf_mis = n_both = 0
-    size = min(chunk_size, a.size)
-    buf_x, buf_y, buf_d = np.empty(size), np.empty(size), np.empty(size)   # reused: no allocation per chunk
-    def scaled(v, s): return v if s == 1. else v*s
-    for i in range(0, a.size, chunk_size):
-        chunk_a, chunk_b = a[i:i+chunk_size], b[i:i+chunk_size]
-        m = chunk_a.size
-        x, y, d = buf_x[:m], buf_y[:m], buf_d[:m]
-        np.copyto(x, chunk_a, casting='unsafe'); np.copyto(y, chunk_b, casting='unsafe')
-        if centre and shift_a is None and (v := _first_finite(x)) is not None: shift_a = v*sa
-        if centre and shift_b is None and (v := _first_finite(y)) is not None: shift_b = v*sb
-        # the statistics kernel: exact NaN/Inf counts and the moments of the finite values (in A's and B's own scale; `d` is free here)
-        mx, my = _chunk_moments(x, sa, shift_a or 0., d), _chunk_moments(y, sb, shift_b or 0., d)
-        rows_a.append(mx); rows_b.append(my)
-        if mx.nonfinite.item() or my.nonfinite.item():
-            fin_x, fin_y = np.isfinite(x), np.isfinite(y)   # positions: where each run has NaN or Inf
-            nan_x, nan_y = np.isnan(x), np.isnan(y)
-            inf_x, inf_y = ~fin_x & ~nan_x, ~fin_y & ~nan_y
-            nan_mis += int(np.count_nonzero(nan_x != nan_y))
-            inf_mis += int(np.count_nonzero((inf_x | inf_y) & ~(inf_x & (x == y))))   # Inf in one only, or of the other sign
-            both = fin_x & fin_y
-            x, y = x[both], y[both]
-            d = d[:x.size]
-        n_both += x.size
-        if x.size == 0: continue
-        np.subtract(x, y, out=d)   # unscaled: the largest error is right even when it is tiny next to the values
-        max_err = max(max_err, float(d.max()), -float(d.min())); max_abs_a = max(max_abs_a, float(x.max()), -float(x.min()))
-        if wide:   # copies, for float64 data only
-            xc, yc = scaled(x, ca), scaled(y, cb)
-            sq_a += _dot(xc, xc); sq_b += _dot(yc, yc); dot += _dot(xc, yc)
-            x, y = scaled(x, se), scaled(y, se)
-            sq_a_err += _dot(x, x)
-            np.subtract(x, y, out=d)   # scaled: the ratio max_rel_err stays right when the error itself overflows
-            max_err_s = max(max_err_s, float(d.max()), -float(d.min())); max_a_s = max(max_a_s, float(x.max()), -float(x.min()))
-        else: sq_a += _dot(x, x); sq_b += _dot(y, y); dot += _dot(x, y)   # the same sums: identical A and B give a cosine of exactly 1
-        sq_err += _dot(d, d)
-    if not wide: sq_a_err, max_err_s, max_a_s = sq_a, max_err, max_abs_a
-    nan = float('nan')
-    mean_a, std_a, var_a, nan_a, inf_a = _finite_stats(rows_a, sa, shift_a or 0.)
-    mean_b, std_b, var_b, nan_b, inf_b = _finite_stats(rows_b, sb, shift_b or 0.)
-    has_both = n_both > 0 or a.size == 0
-    if math.isfinite(max_err) and max_abs_a > 0: max_rel = max_err/max_abs_a   # unscaled: a subnormal error is not lost
-    else: max_rel = max_err_s/max_a_s if max_a_s > 0 else 0. if max_err_s == 0 else math.inf   # the error overflowed: scaled
-    sqnr = math.inf if sq_err == 0 else 10*(_log10(sq_a_err) - _log10(sq_err))   # both in the common scale
-    return {'cosine similarity': _cosine(dot, sq_a, sq_b) if has_both else nan,
-            'meanA': mean_a, 'meanB': mean_b, 'meanA - meanB': mean_a - mean_b,
-            'stdA': std_a, 'stdB': std_b, 'stdA - stdB': std_a - std_b,
-            'varA': var_a, 'varB': var_b, 'varA - varB': var_a - var_b,
-            'max_abs_err': max_err if has_both else nan, 'max_rel_err': max_rel if has_both else nan,
-            'sqnr_db': sqnr if has_both else nan,
-            'nan_A': nan_a, 'inf_A': inf_a, 'nan_B': nan_b, 'inf_B': inf_b, 'nan_pos_mismatch': nan_mis, 'inf_pos_mismatch': inf_mis,
-            'n_finite_both': n_both, 'n_elements': int(a.size)}
-
-# %% ../nbs/10b_dumps.ipynb #c3de89f0
-def _dtype_kind(dt):
-    return 'f' if np.issubdtype(dt, np.floating) else 'c' if np.issubdtype(dt, np.complexfloating) else 'i' if np.issubdtype(dt, np.integer) or dt == np.bool_ else 'o'
-
-def _file_kind(mode):
-    return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
-            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'not a regular file')
-
-def _open_npy(fn) -> np.ndarray:
-    "Memory-map `.npy` file `fn` read-only: a regular file only (no symlink, FIFO or device, so no hang), no pickle, complete."
-    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))   # O_NONBLOCK: a FIFO opens without a writer
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise ValueError('a symlink, not followed') from None
-        raise
-    with open(fd, 'rb') as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode): raise ValueError(f'{_file_kind(st.st_mode)}, not a regular file')
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0): shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0): shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else: raise ValueError(f'unsupported .npy format version {version}')
-        if dtype.hasobject: raise ValueError('an object array, which only pickle can load')
-        nbytes, offset = math.prod(shape)*dtype.itemsize, f.tell()
-        if st.st_size < offset + nbytes: raise ValueError(f'truncated: {st.st_size - offset} of {nbytes} data bytes')
-        if nbytes == 0: return np.zeros(shape, dtype)
-        return np.memmap(f, dtype=dtype, mode='r', offset=offset, shape=shape, order='F' if fortran else 'C')
-
-def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<19) -> dict:
-    "One row comparing dump files `fa` and `fb`: `CSV_COLUMNS`, `dtypeA` and `dtypeB`; or, when they cannot be compared, `tensor_name` and `reason` ('ERROR: ...')."
-    fa, fb = Path(fa), Path(fb)
-    name = name or fa.name
-    try:
-        try: a = _open_npy(fa)
-        except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: A: {type(e).__name__}: {e}'}
-        try: b = _open_npy(fb)
-        except (OSError, ValueError) as e: return {'tensor_name': name, 'reason': f'ERROR: B: {type(e).__name__}: {e}'}
-        dtype_a, dtype_b = dtype_a or str(a.dtype), dtype_b or str(b.dtype)
-        kinds = _dtype_kind(a.dtype), _dtype_kind(b.dtype)
-        if 'o' in kinds or 'c' in kinds or kinds[0] != kinds[1]:
-            return {'tensor_name': name, 'reason': f'ERROR: dtype mismatch: A {dtype_a} vs B {dtype_b}'}
-        if max(a.dtype.itemsize, b.dtype.itemsize) > 8:
-            return {'tensor_name': name, 'reason': f'ERROR: unsupported dtype: A {dtype_a}, B {dtype_b} (wider than float64)'}
-        if a.shape != b.shape: return {'tensor_name': name, 'reason': f'ERROR: shape mismatch: A {a.shape} vs B {b.shape}'}
-        return {'tensor_name': name, **compare_arrays(a, b, chunk_size), 'dtypeA': dtype_a, 'dtypeB': dtype_b}
-    except Exception as e:   # e.g. the file shrank while we read it
-        return {'tensor_name': name, 'reason': f'ERROR: {type(e).__name__}: {e}'}
-
-# %% ../nbs/10b_dumps.ipynb #bf2125cc
-_UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
-
-class CompareSetupError(ValueError):
-    "The dump folders cannot be compared as asked (a symlinked folder, nowhere to write the CSVs): nothing was compared."
-
-# %% ../nbs/10b_dumps.ipynb #9a98b60c
-def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
-
-def _display_name(name) -> str:
-    "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
-    text = os.fsencode(name).decode('utf-8', 'backslashreplace')
-    return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
-
-# %% ../nbs/10b_dumps.ipynb #2b5481d3
-def _entries(folder):
-    "{name: st_mode} of `folder`'s entries, from `lstat` (links not followed)."
-    with os.scandir(folder) as it: return {e.name: e.stat(follow_symlinks=False).st_mode for e in it}
-
-def _kind_dir(path, kind):
-    "`path/kind` if it is a real folder, None if there is none; a symlink or a file there is a `CompareSetupError`."
-    p = Path(path)/kind
-    try: mode = os.lstat(p).st_mode
-    except FileNotFoundError: return None
-    if not stat.S_ISDIR(mode): raise CompareSetupError(f"{p} is {_file_kind(mode)}, not a folder: dumps are read only inside the dump folder")
-    return p
-
-def _rank_dirs(folder):
-    "{rank: (path, None or why it is not read)} of the `rank_N` entries of `folder`."
-    if folder is None: return {}
-    return {int(m.group(1)): (folder/n, None if stat.S_ISDIR(mode) else f'ERROR: {folder.name}/{n} is {_file_kind(mode)}, not read')
-            for n, mode in _entries(folder).items() if (m := re.fullmatch(r'rank_(\d+)', n))}
-
-def _npy_files(folder):
-    "{name: None or why it is not read} of the `*.npy` entries of `folder`: only regular files are read."
-    return {n: None if stat.S_ISREG(mode) else f'{_file_kind(mode)}, not read' for n, mode in _entries(folder).items() if n.endswith('.npy')}
-
-def _writable_dir(folder):
-    "Make `folder` (whose parent exists) ready to receive files, or raise `CompareSetupError`: never through a symlink."
-    try:
-        mode = os.lstat(folder).st_mode
-        if not stat.S_ISDIR(mode): raise CompareSetupError(f"cannot write the CSVs: {folder} is {_file_kind(mode)}, not a folder")
-    except FileNotFoundError:
-        try: os.mkdir(folder)
-        except OSError as e: raise CompareSetupError(f"cannot write the CSVs: cannot create {folder}: {e.strerror}") from None
-    probe = folder/'.miniai-write-probe'
-    try: atomic_write(probe, lambda f: f.write(b'ok')); os.unlink(probe)
-    except OSError as e: raise CompareSetupError(f"cannot write the CSVs in {folder}: {e.strerror}") from None
-
-# %% ../nbs/10b_dumps.ipynb #e52c62b2
-def _write_csv(fn, rows, columns=CSV_COLUMNS):
-    "Atomically write `rows` (dicts keyed by `columns`; other keys are left out) to CSV file `fn`."
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, columns, extrasaction='ignore', lineterminator='\n')
-    writer.writeheader(); writer.writerows({**r, 'tensor_name': _display_name(r['tensor_name'])} for r in rows)
-    atomic_write(fn, lambda f: f.write(buf.getvalue().encode()))
-
-def read_csv(fn) -> list:
-    "Rows of a compare CSV as dicts: counts as ints, statistics as floats (`nan` and `inf` included), names and reasons as text."
-    def conv(k, v):
-        if k in ('tensor_name', 'reason'): return v
-        return int(v) if re.fullmatch(r'-?\d+', v) else float(v)
-    with open(fn, newline='') as f: return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-# %% ../nbs/10b_dumps.ipynb #e977935f
-def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chunk_size=1<<19, progress=True, verbose=True) -> dict:
-    "Compare dump folders `path_a` and `path_b` file by file, write the CSVs in `path_a`; returns {(kind, rank): {'compared': rows, 'uncompared': rows}}."
-    path_a, path_b = Path(path_a), Path(path_b)
-    for p, nm in [(path_a, 'pathA'), (path_b, 'pathB')]:
-        if not p.is_dir(): raise CompareSetupError(f"{nm} {p} is not a folder")
-    jobs, results = [], {}
-    for kind in kinds:
-        ka, kb = _kind_dir(path_a, kind), _kind_dir(path_b, kind)
-        ranks_a, ranks_b = _rank_dirs(ka), _rank_dirs(kb)
-        for rank in sorted(set(ranks_a) | set(ranks_b)):
-            (da, bad_a), (db, bad_b) = ranks_a.get(rank, (None, None)), ranks_b.get(rank, (None, None))
-            uncompared = [{'tensor_name': f'rank_{rank}', 'reason': why} for why in (bad_a, bad_b) if why]
-            files_a = _npy_files(da) if da and not bad_a else {}
-            files_b = _npy_files(db) if db and not bad_b else {}
-            try: idx_a, idx_b = (dump_index(da) if files_a else {}), (dump_index(db) if files_b else {})
-            except DumpIndexError as e: raise CompareSetupError(f'{e}: nothing was compared') from None
-            for side, files, idx in [('A', files_a, idx_a), ('B', files_b, idx_b)]:
-                if not idx: continue   # no index (a run that never flushed): nothing to check against
-                for n in sorted(set(files) - set(idx), key=_natural_key):   # left by another run: never compared
-                    uncompared.append({'tensor_name': n, 'reason': f'ERROR: {side}: not listed in its index.json (a file of another run?)'})
-                    del files[n]
-            for side, mine, other in [('A', files_a, files_b), ('B', files_b, files_a)]:
-                uncompared += [{'tensor_name': n, 'reason': f'only in {side}' + (f' ({mine[n]})' if mine[n] else '')}
-                               for n in sorted(set(mine) - set(other), key=_natural_key)]
-            for n in sorted(set(files_a) & set(files_b), key=_natural_key):
-                why = '; '.join(f'{s}: {w}' for s, w in [('A', files_a[n]), ('B', files_b[n])] if w)
-                if why: uncompared.append({'tensor_name': n, 'reason': f'ERROR: {why}'})
-                else: jobs.append(((kind, rank), da/n, db/n, n, idx_a.get(n, {}).get('dtype'), idx_b.get(n, {}).get('dtype')))
-            results[(kind, rank)] = {'compared': [], 'uncompared': uncompared}
-        if ka is not None or ranks_a or ranks_b: _writable_dir(path_a/kind)
-        if ranks_a or ranks_b: _writable_dir(path_a/kind/'compare_rst')   # before comparing: fail early, write nothing elsewhere
-        if not ranks_a and not ranks_b and verbose: print(f"no {kind} folders (rank_N) in either path")
-    with ThreadPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as ex:
-        futures = {ex.submit(compare_files, fa, fb, n, dta, dtb, chunk_size): key for key, fa, fb, n, dta, dtb in jobs}
-        done = as_completed(futures)
-        if progress and futures: done = progress_bar(done, total=len(futures))
-        for fut in done:
-            row = fut.result()
-            results[futures[fut]]['uncompared' if 'reason' in row else 'compared'].append(row)
-    for (kind, rank), res in results.items():
-        for rows in res.values(): rows.sort(key=lambda r: _natural_key(r['tensor_name']))
-        out = path_a/kind/'compare_rst'
-        _write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
-        _write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], _UNCOMPARED_COLUMNS)
-        if verbose:
-            for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
-            if len(res['uncompared']) > 20: print(f"{kind}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
-            dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
-            for (dta, dtb), n in dtypes.items():
-                print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {_display_name(str(dta))} vs B {_display_name(str(dtb))}")
-    return results
-
-# %% ../nbs/10b_dumps.ipynb #991a917f
-def find_failures(results, min_cosine=None, max_abs_err=None, allow_missing=False, allow_nonfinite_mismatch=False) -> list:
-    "The reasons `compare_dumps`'s `results` fail the gate, as `(where, tensor_name, why)`; empty when every tensor was compared and passed."
-    bad = []
-    for (kind, rank), res in results.items():
-        where = f'{kind}/rank_{rank}'
-        for r in res['uncompared']:
-            if not (allow_missing and r['reason'].startswith('only in')): bad.append((where, r['tensor_name'], r['reason']))
-        for r in res['compared']:
-            why = []
-            if not allow_nonfinite_mismatch:
-                if r['nan_pos_mismatch']: why.append(f"NaN at {r['nan_pos_mismatch']} position(s) in one run only")
-                if r['inf_pos_mismatch']: why.append(f"Inf at {r['inf_pos_mismatch']} position(s) in one run only, or of the other sign")
-            cos, err = r['cosine similarity'], r['max_abs_err']
-            if min_cosine is not None and not cos >= min_cosine: why.append(f'cosine {cos!r} < {min_cosine!r}')
-            if max_abs_err is not None and not err <= max_abs_err: why.append(f'max_abs_err {err!r} > {max_abs_err!r}')
-            if why: bad.append((where, r['tensor_name'], '; '.join(why)))
-    if not any(res['compared'] for res in results.values()): bad.append(('', '', 'nothing was compared: no file is in both runs'))
-    return bad
-
-def _summary(kind, rank, res):
-    rows, unc = res['compared'], res['uncompared']
-    cos = min((r['cosine similarity'] for r in rows), default=math.nan, key=lambda c: -math.inf if math.isnan(c) else c)
-    err = max((r['max_abs_err'] for r in rows), default=math.nan, key=lambda e: math.inf if math.isnan(e) else e)
-    n_mis = sum(r['nan_pos_mismatch'] > 0 or r['inf_pos_mismatch'] > 0 for r in rows)
-    n_only = [sum(r['reason'].startswith(f'only in {s}') for r in unc) for s in 'AB']
-    return (f'{kind}/rank_{rank}: {len(rows)} compared, min cosine {cos!r}, max abs err {err!r}, {n_mis} with NaN/Inf at other positions, '
-            f'{len(unc) - sum(n_only)} errors, {n_only[0]} in A only, {n_only[1]} in B only')
-
-def _number(lo, hi, what):
-    "An argparse type: a float in [lo, hi] (so not NaN)."
-    def conv(s):
-        try: v = float(s)
-        except ValueError: raise argparse.ArgumentTypeError(f'{s!r} is not a number') from None
-        if not lo <= v <= hi: raise argparse.ArgumentTypeError(f'{s} is not {what}')
-        return v
-    return conv
-
-def compare_main(argv=None):
-    "Entry point of `miniai-compare`: compare two dump folders, write the CSVs; exit 0 only if every tensor of A and B was compared and passed, 1 if not, 2 on usage errors."
-    with contextlib.suppress(AttributeError, ValueError, io.UnsupportedOperation): sys.stdout.reconfigure(errors='backslashreplace')
-    p = argparse.ArgumentParser(prog='miniai-compare', description="Compare two folders of tensors saved by miniai's "
-        "register_saving_hook, per rank; writes pathA/{tensors,grads}/compare_rst/rank_N_rst.csv (the pairs) and "
-        "rank_N_uncompared.csv (files in one run only, files that could not be read). Exit status: 0 when every file of A "
-        "and B was compared and passed, 1 when not (or nothing was compared), 2 on usage errors.")
-    p.add_argument('--pathA', required=True, help='dump folder of the reference run (the CSVs are written here)')
-    p.add_argument('--pathB', required=True, help='dump folder of the run to compare with it')
-    p.add_argument('--min-cosine', type=_number(0., 1., 'between 0 and 1'), default=None, help='fail a pair with a lower cosine similarity (0 to 1)')
-    p.add_argument('--max-abs-err', type=_number(0., sys.float_info.max, 'a finite number >= 0'), default=None, help='fail a pair with a larger max absolute error')
-    p.add_argument('--allow-missing', action='store_true', help='files in one run only are reported but do not fail')
-    p.add_argument('--allow-nonfinite-mismatch', action='store_true', help='NaN/Inf at different positions in A and B are reported but do not fail')
-    p.add_argument('--kinds', nargs='+', choices=['tensors', 'grads'], default=['tensors', 'grads'], help='what to compare')
-    p.add_argument('--workers', type=int, default=None, help='threads comparing files in parallel (default: up to 4)')
-    p.add_argument('--no-progress', action='store_true', help='no progress bar')
-    args = p.parse_args(argv)
-    for nm in ('pathA', 'pathB'):
-        path = getattr(args, nm)
-        if not path.strip(): p.error(f'--{nm} must name a dump folder, got an empty string')
-        try: is_dir = Path(path).is_dir()
-        except OSError as e: p.error(f'--{nm} {_display_name(path)}: {e.strerror}')
-        if not is_dir: p.error(f'--{nm} {_display_name(path)} is not a folder')
-    if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
-    try: res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
-    except (CompareSetupError, OSError) as e: p.error(_display_name(str(e)))
-    if not args.no_progress: print()   # end the console progress bar's line
-    for (kind, rank), r in res.items(): print(_summary(kind, rank, r))
-    print(f'CSV files: {_display_name(str(args.pathA))}/<kind>/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
-    bad = find_failures(res, args.min_cosine, args.max_abs_err, args.allow_missing, args.allow_nonfinite_mismatch)
-    for where, name, why in bad[:20]: print(f'FAIL {where}/{_display_name(name)}: {why}' if where else f'FAIL: {why}')
-    if len(bad) > 20: print(f'... and {len(bad) - 20} more')
-    if bad: print(f'{len(bad)} failure(s): exit 1'); sys.exit(1)
-    n = sum(len(r['compared']) for r in res.values())
-    print(f'all {n} pairs compared and passed'); sys.exit(0)
-
-# %% ../nbs/10b_dumps.ipynb #5bec5b4b
-if __name__ == '__main__' and '__file__' in globals(): compare_main()
+register_hook = register_saving_hook   # the source document's name

@@ -6,16 +6,16 @@ Docs: https://miniai.github.io/miniai/hooks.html.md"""
 
 # %% ../nbs/09b_hooks.ipynb #b5f971be
 from __future__ import annotations
-import warnings, difflib
-from functools import partial
+import warnings, difflib, inspect, numbers
+from functools import partial, wraps
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
-__all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'default_mod_filter', 'select_modules', 'tensor_items', 'skip_reason',
-           'HooksCallback', 'attach']
+__all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
+           'other_names', 'check_every', 'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 class Hook():
@@ -54,7 +54,7 @@ class LayerNotFoundError(KeyError):
     "A layer name or class name that matches nothing in the model; the message lists the closest ones."
     def __str__(self): return str(self.args[0]) if self.args else ''
 
-def default_mod_filter(m):
+def default_layers(m):
     "True for leaf modules that hold parameters: the layers a user usually means (conv, linear, norm layers)."
     return not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))
 
@@ -64,7 +64,7 @@ def _close(word, options, what):
 
 _wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
-def select_modules(model, layers=None, default=default_mod_filter, arg='layers'):
+def select_modules(model, layers=None, default=default_layers, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
     while True:   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
         if isinstance(model, _wrappers): model = model.module
@@ -107,35 +107,71 @@ def skip_reason(t):
     if t.numel() == 0: return 'empty tensor'
     return None
 
+# %% ../nbs/09b_hooks.ipynb #91219222
+_OTHER_NAMES = {'mod_filter': 'layers', 'mods': 'layers', 'target_class_names': 'layers', 'on_val': 'on_valid',
+                'update_frequency': 'every', 'layer_name': 'layer', 'target_layer': 'layer'}
+
+def _renames(f):
+    "The other names `f` understands: those of `_OTHER_NAMES` whose vocabulary name is one of `f`'s parameters."
+    params = inspect.signature(f).parameters
+    return {old: new for old, new in _OTHER_NAMES.items() if new in params and old not in params}
+
+def other_names(o):
+    "Let function or class `o` take the course's and the documents' names for its vocabulary arguments (`mod_filter=` for `layers=`...); a class also gets them as properties."
+    if isinstance(o, type):
+        renames = _renames(o.__init__)
+        o.__init__ = other_names(o.__init__)
+        for old, new in renames.items():
+            if not hasattr(o, old): setattr(o, old, property(lambda self, n=new: getattr(self, n), lambda self, v, n=new: setattr(self, n, v)))
+        return o
+    renames = _renames(o)
+    if not renames: return o
+    @wraps(o)
+    def _f(*args, **kwargs):
+        for old in renames.keys() & kwargs.keys():
+            new = renames[old]
+            if new in kwargs: raise TypeError(f"{o.__qualname__}: `{old}` is another name for `{new}`: give one of them")
+            kwargs[new] = kwargs.pop(old)
+        return o(*args, **kwargs)
+    return _f
+
 # %% ../nbs/09b_hooks.ipynb #914a5588
+def check_every(every, owner):
+    "Refuse an `every` that is not a whole number >= 1, naming `owner`."
+    if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
+        raise ValueError(f"{owner}: `every` must be an integer >= 1 (record every N-th training batch), got {every!r}")
+
+@other_names
 class HooksCallback(Callback):
-    "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on training and/or validation batches; remove the hooks in the cleanup stage."
-    def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, *, mod_filter=None, mods=None, on_val=None, hook_cls=Hook):
-        # `mod_filter` (the course's name) and `mods` are other names for `layers`; `on_val` for `on_valid`
-        self.layers = fc.first(o for o in (layers, mod_filter, mods) if o is not None)
-        self.hookfunc, self.on_train, self.on_valid, self.hook_cls = hookfunc, on_train, on_valid if on_val is None else on_val, hook_cls
-        super().__init__()
+    "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
+    def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
+        check_every(every, type(self).__name__)
+        self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks = Hooks([], None)
 
-    @property
-    def mod_filter(self): return self.layers
-
-    def before_fit(self, learn=None):
-        model = (self.learn if learn is None else learn).model
+    def before_fit(self, learn):
+        model = learn.model
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__) for n, m in picked)
-        self._training = None
+        self._training, self._n_train = None, 0
+
+    def _start_forward(self, training):
+        "Before a batch (or a forward under `attach`): whether, and in which phase, the hooks record it."
+        if training:
+            self._n_train += 1
+            if (self._n_train - 1) % self.every: training = None   # not one of the `every`-th training batches
+        self._training = training
 
     def _hookfunc(self, *args, **kwargs):
         training = self._training
         if training is None: return
         if (self.on_train and training) or (self.on_valid and not training): self.hookfunc(*args, **kwargs)
 
-    def before_batch(self, learn=None): self._training = (self.learn if learn is None else learn).model.training
-    def after_batch(self, learn=None): self._training = None
-    def cleanup_fit(self, learn=None):
+    def before_batch(self, learn): self._start_forward(learn.model.training)
+    def after_batch(self, learn): self._training = None
+    def cleanup_fit(self, learn):
         self.hooks.remove()
         self.learn = None      # so that keeping this callback does not keep the model alive
     def __iter__(self): return iter(self.hooks)
@@ -146,7 +182,7 @@ class HooksCallback(Callback):
 class _Attached:
     "What `HooksCallback.attach` returns: entering it runs the callback's `before_fit` on `model` and watches its phase, leaving it runs `after_fit` (when the block ended normally) and `cleanup_fit`, which removes the hooks."
     def __init__(self, cb, model): self.cb, self.model, self.handles = cb, model, []
-    def _set_phase(self, mod, args): self.cb._training = mod.training
+    def _set_phase(self, mod, args): self.cb._start_forward(mod.training)
     def _end_forward(self, mod, args, outp): self.cb._training = None
     def __enter__(self):
         cb, learn = self.cb, fc.NS(model=self.model)

@@ -10,7 +10,6 @@ import gc, inspect, math, sys, traceback, warnings
 from functools import partial, wraps
 
 import torch, matplotlib.pyplot as plt
-import fastcore.all as fc
 from torch import nn, optim, tensor
 import torch.nn.functional as F
 from torch.nn import init
@@ -19,12 +18,13 @@ from torch.optim.lr_scheduler import OneCycleLR
 from .datasets import *
 from .learner import *
 from .activations import *
+from .hooks import other_names
 
 # %% auto #0
-__all__ = ['variant_names', 'clean_ipython_hist', 'clean_tb', 'clean_mem', 'one_cycle', 'SchedCB', 'block_filter', 'conv',
-           'get_model', 'init_weights', 'input_stats', 'Normalize', 'BatchTransformCB', 'normalize_cb', 'GeneralRelu',
-           'plot_func', 'lsuv_init', 'lsuv_model', 'LayerNorm', 'BatchNorm', 'variant_defaults', 'make_variant',
-           'variant_learner']
+__all__ = ['variant_names', 'clean_ipython_hist', 'clean_tb', 'clean_mem', 'one_cycle', 'SchedCB', 'block_filter', 'get_model',
+           'init_weights', 'input_stats', 'Normalize', 'BatchTransformCB', 'normalize_cb', 'GeneralRelu', 'plot_func',
+           'lsuv_init', 'lsuv_model', 'LayerNorm', 'BatchNorm', 'variant_defaults', 'make_variant', 'variant_learner',
+           'conv']
 
 # %% ../nbs/11_initializing.ipynb #3cc5669f
 def clean_ipython_hist():
@@ -67,10 +67,9 @@ class SchedCB(Callback):
     "Build a scheduler with `sched(opt, total_steps)` before fit and step it after every training step."
     order = TrainCB.order + 1
     def __init__(self, sched=one_cycle): self.sched = sched
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         self.scheduler = self.sched(learn.opt, learn.n_epochs * len(learn.dls.train))
-    def after_step(self, learn=None): self.scheduler.step()
+    def after_step(self, learn): self.scheduler.step()
 
 # %% ../nbs/11_initializing.ipynb #f3e314e6
 def block_filter(m):
@@ -78,13 +77,8 @@ def block_filter(m):
     return isinstance(m, nn.Sequential) and not any(isinstance(c, nn.Sequential) for c in m.children())
 
 # %% ../nbs/11_initializing.ipynb #8a94190b
-def conv(ni, nf, ks=3, stride=2, act=nn.ReLU, norm=None, bias=None):
-    "The course's block: `Conv2d(ni, nf, ks, stride, padding=ks//2)`, then `norm(nf)` and `act()` when given; the conv has a bias unless `bias=False`."
-    if bias is None: bias = True   # the course's `not isinstance(norm, nn.BatchNorm2d)`: always true, `norm` is a class
-    layers = [nn.Conv2d(ni, nf, stride=stride, kernel_size=ks, padding=ks//2, bias=bias)]
-    if norm: layers.append(norm(nf))
-    if act: layers.append(act())
-    return nn.Sequential(*layers)
+from .conv import conv
+_all_ = ['conv']   # lesson 7's `conv`, which takes lesson 11's activation classes, `norm` and `bias` too
 
 # %% ../nbs/11_initializing.ipynb #4af8a643
 def get_model(act=nn.ReLU, nfs=None, norm=None):
@@ -127,23 +121,15 @@ class Normalize:
     def __repr__(self): return f"Normalize(mean={self.mean.tolist()}, std={self.std.tolist()})"
 
 # %% ../nbs/11_initializing.ipynb #1a1193f5
+@other_names
 class BatchTransformCB(Callback):
-    "Replace `learn.batch` with `tfm(learn.batch)` before each training batch (`on_train`) and/or validation batch (`on_valid`, alias `on_val`)."
+    "Replace `learn.batch` with `tfm(learn.batch)` before each training batch (`on_train`) and/or validation batch (`on_valid`)."
     order = DeviceCB.order + 1
-    def __init__(self, tfm, on_train=True, on_valid=None, *, on_val=None):
+    def __init__(self, tfm, on_train=True, on_valid=True):
         if not callable(tfm): raise TypeError(f"BatchTransformCB: `tfm` must be a function of the batch, got {type(tfm).__name__}")
-        if on_valid is not None and on_val is not None and bool(on_valid) != bool(on_val):
-            raise ValueError(f"BatchTransformCB: on_valid={on_valid!r} and its alias on_val={on_val!r} disagree; give one of them")
-        self.tfm, self.on_train = tfm, on_train
-        self.on_valid = on_valid if on_valid is not None else on_val if on_val is not None else True
+        self.tfm, self.on_train, self.on_valid = tfm, on_train, on_valid
 
-    @property
-    def on_val(self): return self.on_valid
-    @on_val.setter
-    def on_val(self, value): self.on_valid = value
-
-    def before_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_batch(self, learn):
         if (self.on_train and learn.training) or (self.on_valid and not learn.training):
             learn.batch = self.tfm(learn.batch)
 
@@ -327,8 +313,7 @@ def make_variant(name, dls, seed=1):
       (`BatchTransformCB`, all but 'baseline' and 'kaiming') and the learning-rate schedule (`SchedCB`);
     - the recipe of `variant_defaults(name)`: `lr`, `bs`, `epochs`, `opt_func`, `nfs`, and `sched`, the scheduler
       factory `SchedCB` in `cbs` already uses (for information: do not add it again). `dls` should have batches of `bs`;
-    - `loss_func`: `F.cross_entropy`; `layers`: what to hook with `ActivationStats` (`block_filter`: every conv block's output),
-      also under the course's name `mod_filter` for code that reads that key.
+    - `loss_func`: `F.cross_entropy`; `layers`: what to hook with `ActivationStats` (`block_filter`: every conv block's output).
     `variant_learner` builds the `Learner` from this dict."""
     recipe = variant_defaults(name)
     bs = getattr(dls.train, 'batch_size', None)
@@ -343,7 +328,7 @@ def make_variant(name, dls, seed=1):
     if name == 'lsuv': lsuv_model(model, to_device(cbs[0].tfm((next(iter(dls.train))[0],))[0]))
     elif name != 'baseline': model.apply(partial(init_weights, leaky=0.1 if level >= 3 else 0.))
     return dict(model=model, cbs=cbs + [SchedCB(recipe['sched'])], **recipe,
-                loss_func=F.cross_entropy, layers=block_filter, mod_filter=block_filter)
+                loss_func=F.cross_entropy, layers=block_filter)
 
 
 # %% ../nbs/11_initializing.ipynb #9d4145db

@@ -20,13 +20,13 @@ from torch.optim.lr_scheduler import ExponentialLR
 from fastprogress import progress_bar, master_bar
 
 from .core import def_device, to_device, to_cpu
-from .datasets import *
+from .conv import conv
 
 # %% auto #0
 __all__ = ['set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException', 'Callback', 'run_cbs',
-           'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB', 'baseline_conv',
-           'cnn_layers', 'baseline_cnn', 'SingleBatchCB', 'TrainLearner', 'MomentumLearner', 'LRFinderCB', 'lr_find',
-           'def_device', 'to_device', 'to_cpu']
+           'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB', 'cnn_layers',
+           'baseline_cnn', 'SingleBatchCB', 'TrainLearner', 'MomentumLearner', 'LRFinderCB', 'lr_find', 'def_device',
+           'to_device', 'to_cpu']
 
 # %% ../nbs/09_learner.ipynb #d9d693a5
 _all_ = ['def_device', 'to_device', 'to_cpu']   # from miniai.core, re-exported for `from miniai.learner import *`
@@ -76,14 +76,14 @@ def _wants_learn(cb, method_nm, method):
     return known[1]
 
 def run_cbs(cbs, method_nm, learn=None):
-    "Call `method_nm` on every callback in `cbs` that has it, sorted by `order`, setting `cb.learn` and passing `learn` to methods that take it."
+    "Call `method_nm` on every callback in `cbs` that has it, sorted by `order`: `cb.learn` is set to `learn` (when given), and methods that take an argument get `cb.learn`."
     for cb in sorted(cbs, key=attrgetter('order')):
         method = getattr(cb, method_nm, None)
         if method is None: continue
         if learn is not None: cb.learn = learn
         known = _takes_learn.get((type(cb), method_nm))   # `_wants_learn`'s cache hit, inlined: this runs a dozen times a batch
         takes = known[1] if known is not None and known[0] is getattr(method, '__func__', method) else _wants_learn(cb, method_nm, method)
-        if takes: method(learn)
+        if takes: method(cb.learn)
         else: method()
 
 # %% ../nbs/09_learner.ipynb #c1ea0002
@@ -104,7 +104,7 @@ def run_cleanup_cbs(cbs, method_nm, learn=None, error=None):
         if method is None: continue
         if learn is not None: cb.learn = learn
         try:
-            if _wants_learn(cb, method_nm, method): method(learn)
+            if _wants_learn(cb, method_nm, method): method(cb.learn)
             else: method()
         except BaseException as e: failed.append((cb, e))
     if not failed: return
@@ -198,29 +198,25 @@ class Learner():
 class TrainCB(Callback):
     "The training steps for a model taking `n_inp` inputs from each batch."
     def __init__(self, n_inp=1): self.n_inp = n_inp
-    def predict(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def predict(self, learn):
         learn.preds = learn.model(*learn.batch[:self.n_inp])
-    def get_loss(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def get_loss(self, learn):
         learn.loss = learn.loss_func(learn.preds, *learn.batch[self.n_inp:])
-    def backward(self, learn=None): (self.learn if learn is None else learn).loss.backward()
-    def step(self, learn=None): (self.learn if learn is None else learn).opt.step()
-    def zero_grad(self, learn=None): (self.learn if learn is None else learn).opt.zero_grad()
+    def backward(self, learn): learn.loss.backward()
+    def step(self, learn): learn.opt.step()
+    def zero_grad(self, learn): learn.opt.zero_grad()
 
 class DeviceCB(Callback):
     "Move the model to `device` before fit and each batch before it is used."
     def __init__(self, device=def_device): fc.store_attr()
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         if hasattr(learn.model, 'to'): learn.model.to(self.device)
-    def before_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_batch(self, learn):
         learn.batch = to_device(learn.batch, device=self.device)
 
 # %% ../nbs/09_learner.ipynb #15b79436
 def _mean_metric():
-    "torcheval's `Mean`, imported on first use: `torcheval.metrics` loads torchvision, two seconds that a script which fails on its arguments should not wait for."
+    "torcheval's `Mean`, imported on first use: `torcheval.metrics` loads torchvision, which a script that fails on its arguments should not wait for."
     with warnings.catch_warnings():  # torcheval's import uses torch.jit.script, which torch now flags as deprecated
         warnings.simplefilter('ignore', FutureWarning)
         from torcheval.metrics import Mean
@@ -236,22 +232,19 @@ class MetricsCB(Callback):
         self.log_hist = []
 
     def _log(self, d): print(d)
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         learn.metrics = self
         self.device = next(iter(learn.model.parameters()), torch.empty(0)).device
         for m in self.all_metrics.values(): m.to(self.device)
-    def before_epoch(self, learn=None): [o.reset() for o in self.all_metrics.values()]
-    def after_epoch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_epoch(self, learn): [o.reset() for o in self.all_metrics.values()]
+    def after_epoch(self, learn):
         log = {k: f'{v.compute():.3f}' for k,v in self.all_metrics.items()}
         log['epoch'] = learn.epoch
         log['train'] = 'train' if learn.model.training else 'eval'
         self.log_hist.append(log)
         self._log(log)
 
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_batch(self, learn):
         x, y, *_ = learn.batch
         preds = learn.preds.detach()
         for m in self.metrics.values(): m.update(preds, y)
@@ -262,8 +255,7 @@ class ProgressCB(Callback):
     "Progress bars over epochs and batches (fastprogress); `plot=True` draws the training loss live."
     order = MetricsCB.order + 1
     def __init__(self, plot=False): self.plot = plot
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         learn.epochs = self.mbar = master_bar(learn.epochs)
         self.first = True
         if hasattr(learn, 'metrics'): learn.metrics._log = self._log
@@ -275,38 +267,29 @@ class ProgressCB(Callback):
             self.first = False
         self.mbar.write([str(v) for v in d.values()], table=True)
 
-    def before_epoch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_epoch(self, learn):
         learn.dl = progress_bar(learn.dl, leave=False, parent=self.mbar)
     def _val_xs(self, learn, n): return fc.L.range(n).map(lambda x: (x+1)*len(learn.dls.train))
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_batch(self, learn):
         loss = learn.loss.item()   # the one host sync per batch
         learn.dl.comment = f'{loss:.3f}'
         if self.plot and hasattr(learn, 'metrics') and learn.training:
             self.losses.append(loss)
             if self.val_losses:
                 self.mbar.update_graph([[fc.L.range(self.losses), self.losses], [self._val_xs(learn, learn.epoch), self.val_losses]])
-    def after_epoch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_epoch(self, learn):
         if not learn.training and self.plot and hasattr(learn, 'metrics'):
             self.val_losses.append(learn.metrics.all_metrics['loss'].compute().item())
             self.mbar.update_graph([[fc.L.range(self.losses), self.losses], [self._val_xs(learn, learn.epoch+1), self.val_losses]])
 
 # %% ../nbs/09_learner.ipynb #8fec02cf
-def baseline_conv(ni, nf, ks=3, act=True):
-    "The course's lesson-10 conv: stride 2, padding ks//2, followed by a ReLU when `act`."
-    res = nn.Conv2d(ni, nf, stride=2, kernel_size=ks, padding=ks//2)
-    if act: res = nn.Sequential(res, nn.ReLU())
-    return res
-
 def cnn_layers():
-    "The layers of the course's baseline CNN for 28x28 FashionMNIST images."
-    return [baseline_conv(1, 8, ks=5),          #14x14
-            baseline_conv(8, 16),               #7x7
-            baseline_conv(16, 32),              #4x4
-            baseline_conv(32, 64),              #2x2
-            baseline_conv(64, 10, act=False),   #1x1
+    "The layers of the course's baseline CNN for 28x28 FashionMNIST images (lesson 7's `conv`)."
+    return [conv(1, 8, ks=5),          #14x14
+            conv(8, 16),               #7x7
+            conv(16, 32),              #4x4
+            conv(32, 64),              #2x2
+            conv(64, 10, act=False),   #1x1
             nn.Flatten()]
 
 def baseline_cnn(): 
@@ -317,7 +300,7 @@ def baseline_cnn():
 class SingleBatchCB(Callback):
     "Stop fitting after the first batch."
     order = 1
-    def after_batch(self, learn=None): raise CancelFitException()
+    def after_batch(self, learn): raise CancelFitException()
 
 # %% ../nbs/09_learner.ipynb #adcfd672
 class TrainLearner(Learner):
@@ -344,14 +327,12 @@ class LRFinderCB(Callback):
     "Grow the learning rate by `gamma` each batch, recording losses, until the loss exceeds `max_mult` times its minimum."
     def __init__(self, gamma=1.3, max_mult=3): fc.store_attr()
 
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         self.sched = ExponentialLR(learn.opt, self.gamma)
         self.lrs, self.losses = [], []
         self.min = math.inf
 
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_batch(self, learn):
         if not learn.training: raise CancelEpochException()
         self.lrs.append(learn.opt.param_groups[0]['lr'])
         loss = to_cpu(learn.loss)
@@ -360,7 +341,7 @@ class LRFinderCB(Callback):
         if math.isnan(loss) or (loss > self.min*self.max_mult): raise CancelFitException()
         self.sched.step()
 
-    def cleanup_fit(self, learn=None):
+    def cleanup_fit(self, learn):
         if not getattr(self, 'losses', None): return
         plt.plot(self.lrs, self.losses)
         plt.xscale('log'); plt.xlabel('learning rate'); plt.ylabel('loss')

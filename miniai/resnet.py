@@ -7,7 +7,7 @@ Docs: https://miniai.github.io/miniai/resnet.html.md"""
 # %% ../nbs/13_resnet.ipynb #4f26f52d
 from __future__ import annotations
 from functools import partial
-import torch, fastcore.all as fc
+import fastcore.all as fc
 from torch import nn
 
 from .datasets import *

@@ -8,7 +8,6 @@ Docs: https://miniai.github.io/miniai/accel_sgd.html.md"""
 from __future__ import annotations
 import inspect
 import torch, fastcore.all as fc, matplotlib.pyplot as plt
-from torch import nn
 
 from .datasets import *
 from .conv import *
@@ -92,40 +91,35 @@ class BaseSchedCB(Callback):
     "Build the scheduler `sched(opt)` (as `schedo`) before fit; subclasses step it on training batches or epochs."
     def __init__(self, sched): self.sched = sched
     def _total_steps(self, learn): return learn.n_epochs * len(learn.dls.train)
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         if _needs_total_steps(self.sched): self.schedo = self.sched(learn.opt, total_steps=self._total_steps(learn))
         else: self.schedo = self.sched(learn.opt)
-    def _step(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def _step(self, learn):
         if learn.training: self.schedo.step()
 
 class BatchSchedCB(BaseSchedCB):
     "Step the scheduler after every training batch."
-    def after_batch(self, learn=None): self._step(learn)
+    def after_batch(self, learn): self._step(learn)
 
 class EpochSchedCB(BaseSchedCB):
     "Step the scheduler after every training epoch."
     def _total_steps(self, learn): return learn.n_epochs
-    def after_epoch(self, learn=None): self._step(learn)
+    def after_epoch(self, learn): self._step(learn)
 
 # %% ../nbs/12_accel_sgd.ipynb #fdb4f32c
 class HasLearnCB(Callback):
     "Keep the learner as `self.learn` from before fit to after fit."
-    def before_fit(self, learn=None):
-        if learn is not None: self.learn = learn
-    def after_fit(self, learn=None): self.learn = None
+    def before_fit(self, learn): self.learn = learn
+    def after_fit(self, learn): self.learn = None
 
 class RecorderCB(Callback):
     "Record `f(self)` after every training batch for each `name=f` in `d` (`self.pg` is the optimiser's first param group); `plot` draws them."
     def __init__(self, **d): self.d = d
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         self.recs = {k: [] for k in self.d}
         self.pg = learn.opt.param_groups[0]
 
-    def after_batch(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def after_batch(self, learn):
         if not learn.training: return
         for k, f in self.d.items(): self.recs[k].append(f(self))
 

@@ -6,26 +6,20 @@ Docs: https://miniai.github.io/miniai/statistics.html.md"""
 
 # %% ../nbs/10a_statistics.ipynb #c0c02751
 from __future__ import annotations
-import math, json, os, warnings, datetime
+import math, json, warnings, datetime
 from dataclasses import dataclass, field, asdict
-from typing import List, Optional, Union
-
-import numpy as np, torch, matplotlib.pyplot as plt
-import fastcore.all as fc
+import numpy as np, torch, torch.distributed as dist
 from fastcore.basics import patch
-from torch import nn
 
-from .datasets import *
-from .learner import *
 from .kernel import FIELDS, Moments, _as_float
-from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, SKETCH_ALPHA, MAX_SKETCH_LEVEL
-from .hooks import Hooks, tensor_items, skip_reason, default_mod_filter, HooksCallback, select_modules
-from .core import write_json
+from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
+from .sketch import _Stream, _SAMPLING, _BASE_BYTES, _exact_percentiles, _rank_bound, _sketch_percentiles, _relative_error, _rescale
+from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names
+from .core import write_json, to_host, json_safe
 
 # %% auto #0
 __all__ = ['MAX_HISTOGRAM_BINS', 'StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'StatisticsCollector', 'qparams',
-           'ActivationStatisticsHook', 'ActivationWarning', 'check_statistics', 'format_finding', 'StatisticsCB',
-           'statistics_table', 'plot_percentile_bands']
+           'ActivationStatisticsHook']
 
 # %% ../nbs/10a_statistics.ipynb #3320103f
 MAX_HISTOGRAM_BINS = 2**20   # a histogram is read as float64 counts: 8 MB at most, per statistic
@@ -35,6 +29,7 @@ def _pct_key(p):
     p = float(p)
     return str(int(p)) if p.is_integer() else repr(p)
 
+@other_names
 @dataclass
 class StatisticsConfig:
     "What to collect on each hooked tensor, and how much it may cost."
@@ -42,49 +37,37 @@ class StatisticsConfig:
     collect_mean: bool = True
     collect_std: bool = True
     collect_min_max: bool = True
-    collect_percentiles: List[float] = field(default_factory=lambda: [95, 99])  # from a sketch (of samples, for large tensors), with bounds
+    collect_percentiles: list[float] = field(default_factory=lambda: [95, 99])  # from a sketch (of samples, for large tensors), with bounds
     # Advanced statistics
     collect_histogram: bool = False   # equal-width bins over [min, max], rebinned from the sketch at read time
     histogram_bins: int = 100         # at most MAX_HISTOGRAM_BINS (2**20: 8 MB per histogram when read)
     collect_sparsity: bool = False    # fraction of the finite values exactly 0 (exact)
     # Performance settings
-    update_frequency: int = 1         # record every Nth call of each module; skipped calls cost nothing
-    max_samples: Optional[int] = 1000 # keep up to this many values per statistic for exact percentiles (8 bytes each)
+    every: int = 1                    # record every N-th call of each module (the usual API's `update_frequency`); skipped calls cost nothing
+    max_samples: int|None = 1000      # keep up to this many values per statistic for exact percentiles (8 bytes each)
     # Memory management
-    max_memory_mb: Optional[float] = None  # hard cap on the collector's own memory; degrades (documented) when reached
+    max_memory_mb: float|None = None  # hard cap on the collector's own memory; degrades (documented) when reached
     # Beyond the usual API
     collect_input: bool = True        # also collect the statistics of each module's input
     exact: bool = False               # every value of every batch into the sketch, no sampling (slower); moments are exact either way
-    every: Optional[int] = None       # record every Nth call: the same as update_frequency, which it sets
 
     def __post_init__(self):
-        self.collect_percentiles = [p for p in (self.collect_percentiles or [])]
+        self.collect_percentiles = list(self.collect_percentiles or [])
         bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
         keys = [_pct_key(p) for p in self.collect_percentiles]
-        if len(set(keys)) < len(keys):
-            same = sorted({k for k in keys if keys.count(k) > 1})
-            raise ValueError(f"collect_percentiles holds the same percentile twice ({same}): give each one once")
-        _check_int('update_frequency', self.update_frequency, 1)
-        if self.every is not None:
-            _check_int('every', self.every, 1, ' or None')
-            if self.update_frequency not in (1, self.every):
-                raise ValueError(f"every={self.every} and update_frequency={self.update_frequency} disagree; give one of them")
-            self.update_frequency = self.every
-        self.every = self.update_frequency
+        same = sorted({k for k in keys if keys.count(k) > 1})
+        if same: raise ValueError(f"collect_percentiles holds the same percentile twice ({same}): give each one once")
+        _check_int('every', self.every, 1, ' (update_frequency is another name for it)')
         _check_int('histogram_bins', self.histogram_bins, 1)
         if self.histogram_bins > MAX_HISTOGRAM_BINS:
             raise ValueError(f"histogram_bins must be at most MAX_HISTOGRAM_BINS={MAX_HISTOGRAM_BINS} (8 bytes per bin and histogram when read), got {self.histogram_bins}")
         if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
-        if self.max_memory_mb is not None: _check_number('max_memory_mb', self.max_memory_mb, 0, ' (None: no limit)')
+        mb = self.max_memory_mb
+        if mb is not None and not (_is_number(mb) and math.isfinite(mb) and mb >= 0):
+            raise ValueError(f"max_memory_mb must be a finite number >= 0 (None: no limit), got {mb!r}")
 
 def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-def _check_number(name, v, lo=0, hint='', hi=None):
-    "Raise a ValueError naming `name` unless `v` is a finite number in `[lo, hi]`."
-    if not _is_number(v) or not math.isfinite(v) or v < lo or (hi is not None and v > hi):
-        rng = f'in [{lo}, {hi}]' if hi is not None else f'>= {lo}'
-        raise ValueError(f"{name} must be a finite number {rng}{hint}, got {v!r}")
 
 def _check_int(name, v, lo, hint=''):
     "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
@@ -97,15 +80,15 @@ class TensorStatistics:
     "Run-wide statistics of one tensor stream, read to the host (None: not collected)."
     count: int = 0                       # finite values seen
     nonfinite: int = 0                   # NaN/Inf values seen (excluded from everything else)
-    mean: Optional[float] = None
-    std: Optional[float] = None
-    min: Optional[float] = None
-    max: Optional[float] = None
+    mean: float|None = None
+    std: float|None = None
+    min: float|None = None
+    max: float|None = None
     percentiles: dict = field(default_factory=dict)
-    sparsity_ratio: Optional[float] = None
-    histogram: Optional[dict] = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range', 'sampling_error'}
-    percentile_error: Optional[float] = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
-    percentile_bounds: Optional[dict] = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
+    sparsity_ratio: float|None = None
+    histogram: dict|None = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range', 'sampling_error'}
+    percentile_error: float|None = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
+    percentile_bounds: dict|None = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
     reasons: dict = field(default_factory=dict)  # why a field is None or not finite, e.g. {'std': 'overflow'}
     errors: dict = field(default_factory=dict)   # bounds on the absolute error of mean, std, sparsity_ratio: 0, they are exact
     estimated: list = field(default_factory=list)  # fields estimated from sampled values: 'percentiles', 'histogram' (bounds: `percentile_bounds`, histogram['sampling_error'])
@@ -114,19 +97,19 @@ class TensorStatistics:
         "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
         d = {}
         for k in ('mean', 'std', 'min', 'max'): _put(d, k, getattr(self, k), self._why(k))
-        d['percentiles'] = {_pct_key(p): _json_float(v) for p, v in self.percentiles.items()}
+        d['percentiles'] = {_pct_key(p): json_safe(v) for p, v in self.percentiles.items()}
         if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = self._why('percentiles')
         _put(d, 'sparsity_ratio', self.sparsity_ratio, self._why('sparsity_ratio'))
         if self.histogram is not None: d['histogram'] = self.histogram
         elif 'histogram' in self.reasons: d.update(histogram=None, histogram_reason=self.reasons['histogram'])
         d.update(count=self.count, nonfinite=self.nonfinite)
-        if self.errors: d['errors'] = {k: _json_float(v) for k, v in self.errors.items()}
+        if self.errors: d['errors'] = {k: json_safe(v) for k, v in self.errors.items()}
         d['estimated'] = list(self.estimated)
         if self.percentiles:
             d['percentiles_estimated'] = self.percentile_error != 0
             _put(d, 'percentile_error', self.percentile_error, self._why('percentile_error'))
             if self.percentile_bounds is not None:
-                d['percentile_bounds'] = {_pct_key(p): [_json_float(lo), _json_float(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
+                d['percentile_bounds'] = {_pct_key(p): [json_safe(lo), json_safe(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
         return d
 
     def _why(self, key):
@@ -140,73 +123,19 @@ class TensorStatistics:
 class ModuleStatistics:
     "Run-wide statistics of one module: its (first) input and output tensors, and all of them in `inputs`/`outputs`."
     name: str
-    input_stats: Optional[TensorStatistics] = None
-    output_stats: Optional[TensorStatistics] = None
+    input_stats: TensorStatistics|None = None
+    output_stats: TensorStatistics|None = None
     total_samples: int = 0               # batch items seen (first dim of the output) on recorded calls
-    last_updated: Optional[str] = None   # ISO time of the last recorded call
+    last_updated: str|None = None   # ISO time of the last recorded call
     n_updates: int = 0                   # recorded calls
-    calls: int = 0                       # all calls, recorded or skipped by update_frequency
+    calls: int = 0                       # all calls, recorded or skipped (`every`)
     inputs: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
-def _json_float(v):
-    "`v` as a float, or None when it is None, NaN or infinite (strict JSON has no NaN or Infinity)."
-    if v is None: return None
-    v = float(v)
-    return v if math.isfinite(v) else None
-
 def _put(d, key, v, reason):
     "`d[key] = v` as strict JSON; when `v` is not a finite number, `d[key] = None` and `d[key + '_reason'] = reason`."
-    d[key] = _json_float(v)
+    d[key] = json_safe(v)
     if d[key] is None: d[f'{key}_reason'] = reason
-
-# %% ../nbs/10a_statistics.ipynb #dc9e8041
-_SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
-_BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
-
-class _Stream(SketchRecorder):
-    "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
-    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
-        super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
-        self.device = torch.device(device)
-        self._folded = Moments.empty(device=self.device).t           # so that `total` lives on the stream's device
-        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
-        self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64, device=device)
-        self.filled = 0                                  # values in buf (host int: known from shapes)
-        self.complete = self.buf is not None             # buf holds every value seen
-
-    @property
-    def nbytes(self):
-        "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
-        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
-
-    def drop_buffer(self):
-        "Release the exact buffer: percentiles come from the sketch from now on."
-        self.buf, self.complete = None, False
-
-    def drop_sketch(self):
-        "Release the sketch, and the samples waiting for it (no percentiles or histogram any more)."
-        self._pending, self.sketch, self.level, self.sampling = [], None, None, None
-
-    def update(self, x):
-        "Add flat float tensor `x` (see `_as_float`): to the exact buffer while everything fits, and to the recorder. No host sync."
-        if x.device != self.device: self._to(x.device)
-        if self.buf is not None:
-            n = x.numel()
-            if self.filled + n <= self.buf.numel():
-                self.buf[self.filled:self.filled + n] = x
-                self.filled += n
-            else: self.drop_buffer()
-        self.record(x)
-
-    def _to(self, device):
-        "Move everything to `device`."
-        self.flush()
-        self.device = torch.device(device)
-        self._folded, self._rows = self.total.t.to(self.device), []
-        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
-        if self.sampling is not None: self.sampling = self.sampling.to(self.device)
-        if self.buf is not None: self.buf = self.buf.to(self.device)
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
 class StatisticsCollector:
@@ -235,7 +164,7 @@ class StatisticsCollector:
         cfg = self.config
         meta = self._module_meta(name)
         meta['calls'] += 1
-        if (meta['calls'] - 1) % cfg.update_frequency: return
+        if (meta['calls'] - 1) % cfg.every: return
         parts = ([('input', input)] if cfg.collect_input else []) + [('output', output)]
         for kind, obj in parts:
             items = tensor_items(obj)
@@ -251,23 +180,18 @@ class StatisticsCollector:
         meta['n_updates'] += 1
         meta['last_updated'] = datetime.datetime.now().isoformat(timespec='seconds')
 
-    def _module_meta(self, name):
-        if name not in self._modules:
-            self._modules[name] = dict(calls=0, n_updates=0, total_samples=0, last_updated=None)
-        return self._modules[name]
+    def _module_meta(self, name): return self._modules.setdefault(name, dict(calls=0, n_updates=0, total_samples=0, last_updated=None))
 
     def _skip(self, sname, reason): self.skipped[sname] = reason
 
 # %% ../nbs/10a_statistics.ipynb #ffc6861d
 @patch
 def _stream(self:StatisticsCollector, key, device, sname):
-    s = self._streams.get(key)
-    if s is not None: return s
-    if not self._make_room(sname): return None
-    s = self._streams[key] = _Stream(device, self._level if self._use_sketch else None,
-                                     self.config.max_samples if self._use_buffer else None,
+    "The stream of statistic `key`, made on `device` the first time if the memory budget allows (else None)."
+    if key not in self._streams and self._make_room(sname):
+        self._streams[key] = _Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
                                      exact=self.config.exact, zeros=self.config.collect_sparsity)
-    return s
+    return self._streams.get(key)
 
 @patch
 def _need(self:StatisticsCollector):
@@ -305,85 +229,32 @@ def _degrade(self:StatisticsCollector, what):
         warnings.warn(f"StatisticsCollector: max_memory_mb={self.config.max_memory_mb} reached, {what}. "
                       "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
 
-# %% ../nbs/10a_statistics.ipynb #d41b53f4
-def _exact_percentiles(vals, qs):
-    "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
-    with np.errstate(all='ignore'): res = np.percentile(vals, qs)
-    if np.isfinite(res).all(): return res.tolist()
-    srt, n = np.sort(vals), len(vals)
-    out = []
-    for q, v in zip(qs, res.tolist()):
-        if math.isfinite(v): out.append(v); continue
-        r = q / 100 * (n - 1); lo = math.floor(r); f = r - lo
-        out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
-    return out
-
-def _rank_bound(sampling, n, q):
-    "How far (3 standard errors) the weighted rank of percentile `q` among the sampled values may be from its true rank, as a fraction of the `n` finite values; 0 when nothing was sampled. `sampling`: `[K, W, W2]` of `Recorder.sampling` (host floats) or None."
-    if sampling is None or not n: return 0.
-    K, W, W2 = sampling
-    if not K or not W2: return 0.
-    keff, p = W * W / W2, q / 100                 # the effective sample size of the weighted sample
-    return 3 * math.sqrt(max(p * (1 - p), 1 / keff) / keff) * (W / n)
-
-def _sketch_percentiles(sk, qs, sampling, n, vmin, vmax, counts):
-    "`(details, bounds)`: percentiles `qs` from sketch `sk`, and intervals holding the true ones: the sketch's own, widened by the sampling's rank bound."
-    det = sk.quantile_details(qs, vmin, vmax, counts=counts)
-    bounds = []
-    for q, (lo, hi) in zip(qs, det['bounds']):
-        e = 100 * _rank_bound(sampling, n, q)
-        if e:
-            lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
-            hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
-        bounds.append((lo, hi))
-    return det, bounds
-
-def _relative_error(v, lo, hi):
-    "The largest relative distance from `v` to the ends of `[lo, hi]` (0 for a point, inf when `v` is 0 and the interval is not)."
-    d = max(v - lo, hi - v)
-    return 0. if d == 0 else (d / abs(v) if v else math.inf)
-
-def _rescale(counts, n):
-    "`counts` (floats, e.g. weighted sketch counts) as ints summing to `n` (largest remainders get the rounding)."
-    c = np.asarray(counts, dtype=np.float64)
-    if not c.sum(): return [0] * len(c)
-    x = c * (n / c.sum())
-    res = np.floor(x).astype(np.int64)
-    order = np.argsort(res - x, kind='stable')     # largest remainders first
-    k = n - int(res.sum())
-    if k > 0: res[order[:k]] += 1
-    elif k < 0: res[[i for i in order[::-1] if res[i] > 0][:-k]] -= 1   # float rounding overshot: take back the smallest remainders
-    return res.tolist()
-
 # %% ../nbs/10a_statistics.ipynb #37197aa6
+_DROPPED = 'the sketch was dropped to respect max_memory_mb'
+
 @patch
 def _read_stream(self:StatisticsCollector, s):
     cfg = self.config
     s.flush()
     d = s.total.to_dict()                                     # exact: every value was counted
-    n, bad = d['count'], d['nonfinite']
-    res = TensorStatistics(count=n, nonfinite=bad)
+    n, none = d['count'], 'no finite values'
+    res = TensorStatistics(count=n, nonfinite=d['nonfinite'])
     why, est = res.reasons, res.estimated
-    none = 'no finite values'
-    sampling = s.sampling.tolist() if s.sampling is not None and s.sketch is not None else None
+    sampling = to_host(s.sampling).tolist() if s.sampling is not None and s.sketch is not None else None
     sampled = bool(n and sampling and sampling[0])             # the sketch holds samples standing for other values
-    if cfg.collect_mean:
-        res.mean = d['mean']
-        if n: res.errors['mean'] = 0.
+    if cfg.collect_mean: res.mean = d['mean']
     if cfg.collect_std:
         res.std = d['std']
         if n == 1: why['std'] = 'needs at least 2 finite values'
         elif n > 1 and not math.isfinite(res.std): why['std'] = 'overflow'
-        elif n > 1: res.errors['std'] = 0.
     if cfg.collect_min_max: res.min, res.max = d['min'], d['max']
-    if cfg.collect_sparsity:
-        res.sparsity_ratio = d['zeros'] / n if n else math.nan
-        if n: res.errors['sparsity_ratio'] = 0.
-    counts = s.sketch.counts.cpu().numpy() if s.sketch is not None else None
+    if cfg.collect_sparsity: res.sparsity_ratio = d['zeros'] / n if n else math.nan
+    if n: res.errors = {k: 0. for k in ('mean', 'std', 'sparsity_ratio') if getattr(res, k) is not None and k not in why}   # exact
+    counts = to_host(s.sketch.counts, numpy=True) if s.sketch is not None else None
     if cfg.collect_percentiles:
         qs = cfg.collect_percentiles
         if s.complete and s.buf is not None:
-            vals = s.buf[:s.filled].cpu().numpy()
+            vals = to_host(s.buf[:s.filled], numpy=True)
             vals = vals[np.isfinite(vals)]
             res.percentiles = dict(zip(qs, _exact_percentiles(vals, qs) if len(vals) else [math.nan]*len(qs)))
             res.percentile_error = 0.
@@ -400,7 +271,7 @@ def _read_stream(self:StatisticsCollector, s):
             else: res.percentile_error = s.sketch.alpha
             if res.percentile_error == math.inf and 'percentile_error' not in why:
                 why['percentile_error'] = 'an estimate is 0 and its interval is not: no relative bound, only percentile_bounds hold'
-        else: why['percentiles'] = 'the sketch was dropped to respect max_memory_mb'
+        else: why['percentiles'] = _DROPPED
         if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
     if cfg.collect_histogram:
         if counts is not None and n:
@@ -411,7 +282,7 @@ def _read_stream(self:StatisticsCollector, s):
             h['sampling_error'] = _rank_bound(sampling, n, 50) if sampled else 0.   # on any cumulative count, as a fraction of `count`
             res.histogram = h
             if sampled: est.append('histogram')
-        else: why['histogram'] = none if counts is not None else 'the sketch was dropped to respect max_memory_mb'
+        else: why['histogram'] = none if counts is not None else _DROPPED
     return res
 
 # %% ../nbs/10a_statistics.ipynb #32a6fe6d
@@ -419,11 +290,9 @@ def _read_stream(self:StatisticsCollector, s):
 def get_statistics(self:StatisticsCollector, name):
     "The `ModuleStatistics` of module `name`, or None if nothing was recorded under that name."
     if name not in self._modules: return None
-    meta = self._modules[name]
-    res = ModuleStatistics(name, **meta)
+    res = ModuleStatistics(name, **self._modules[name])
     for (nm, kind, key), s in self._streams.items():
-        if nm != name: continue
-        getattr(res, kind + 's')[key] = self._read_stream(s)
+        if nm == name: getattr(res, kind + 's')[key] = self._read_stream(s)
     res.input_stats = next(iter(res.inputs.values()), None)
     res.output_stats = next(iter(res.outputs.values()), None)
     return res
@@ -466,6 +335,7 @@ def _all_qparams(mn, mx):
 
 # %% ../nbs/10a_statistics.ipynb #a6710d4b
 _FORMATS = ('json', 'quantization')
+_QUANT_KEYS = ('min', 'min_reason', 'max', 'max_reason', 'percentiles', 'percentiles_reason', 'percentiles_estimated')
 
 @patch
 def _missing_reason(self:StatisticsCollector, name, kind):
@@ -476,11 +346,7 @@ def _missing_reason(self:StatisticsCollector, name, kind):
 def _quant_entry(o, reason):
     "The quantization export of one output's statistics `o` (None: `reason` says why there are none)."
     if o is None: return dict(min=None, max=None, percentiles={}, qparams=None, reason=reason)
-    d = {}
-    _put(d, 'min', o.min, o._why('min')); _put(d, 'max', o.max, o._why('max'))
-    d['percentiles'] = {_pct_key(p): _json_float(v) for p, v in o.percentiles.items()}
-    if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = o._why('percentiles')
-    if o.percentiles: d['percentiles_estimated'] = o.percentile_error != 0
+    d = {k: v for k, v in o.to_dict().items() if k in _QUANT_KEYS}       # in to_dict's order
     if d['min'] is None or d['max'] is None: d.update(qparams=None, qparams_reason=d.get('min_reason') or d.get('max_reason'))
     else:
         d['qparams'] = _all_qparams(d['min'], d['max'])
@@ -525,19 +391,18 @@ class ActivationStatisticsHook(StatisticsCollector):
         self.call_count += 1
         self.update_statistics(hook.name, input, output)
 
-    def attach(self, model, layers=None, *, filter=None):
-        "Hook the `layers` of `model` (see `select_modules`; `filter` is another name for it), named by their qualified names; returns the `Hooks` (a context manager)."
-        picked = [(n, m) for n, m in select_modules(model, layers if layers is not None else filter,
-                                                    arg='layers' if filter is None else 'filter') if n]
+    @other_names
+    def attach(self, model, layers=None):
+        "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager)."
+        picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
         return Hooks(picked, self._named_call)
-
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):
     "Merge stream `b` into `a` (both `_Stream`): moments folded, sketches and sampling records added, exact buffers joined while they fit."
     if a.sketch is None or b.sketch is None: a.drop_sketch(); b.drop_sketch()   # percentiles of part of the data would be wrong
-    if b.device != a.device: b._to(a.device)
+    if b.device != a.device: b.to(a.device)
     a.merge(b)
     if a.complete and b.complete and a.filled + b.filled <= (max_samples or 0):
         buf = torch.empty(max_samples, dtype=torch.float64, device=a.device)
@@ -545,14 +410,10 @@ def _merge_streams(a, b, max_samples):
         a.buf, a.filled = buf, a.filled + b.filled
     else: a.drop_buffer()
 
-def _config_diff(a, b):
-    "The fields in which configs `a` and `b` differ, as `name (a vs b)` strings."
-    a, b = asdict(a), asdict(b)
-    return [f'{k} ({a[k]!r} vs {b[k]!r})' for k in a if a[k] != b[k]]
-
 def _check_same_config(a, b, what):
     "Raise a ValueError naming the differing fields unless configs `a` and `b` are equal (so nothing would be dropped)."
-    diff = _config_diff(a, b)
+    a, b = asdict(a), asdict(b)
+    diff = [f'{k} ({a[k]!r} vs {b[k]!r})' for k in a if a[k] != b[k]]
     if diff: raise ValueError(f"{what}: the collectors' configs differ in {', '.join(diff)}; "
                               "merging would drop or mix statistics, so build them with the same StatisticsConfig")
 
@@ -563,15 +424,20 @@ def _merge_meta(a, b):
 
 @patch
 def merge(self:StatisticsCollector, other):
-    "Add everything `other` collected (another collector with the same config) to this collector."
+    "Add everything `other` collected (another collector with the same config) to this collector; it keeps the tighter memory state of the two."
     if not isinstance(other, StatisticsCollector): raise TypeError(f"merge: other must be a StatisticsCollector, got {type(other).__name__}")
     _check_same_config(self.config, other.config, 'merge')
-    other = _copy_collector(other)
+    device = next((s.device for s in other._streams.values()), 'cpu')
+    other = StatisticsCollector(other.config).load_state_dict(other.state_dict(), device)   # a copy: `other` stays as it was
     level = max(self._level, other._level)
     for c in (self, other):
         c._level = level
         for s in c._streams.values():
             if s.sketch is not None: s.flush(); s.sketch.coarsen(level)
+    if not other._use_buffer:                      # the other side had to release its buffers: so does the merge
+        self._use_buffer = False
+        for s in self._streams.values(): s.drop_buffer()
+    self._use_sketch = self._use_sketch and other._use_sketch
     for name, meta in other._modules.items():
         self._modules[name] = _merge_meta(self._module_meta(name), meta)
     for key, s in other._streams.items():
@@ -581,13 +447,9 @@ def merge(self:StatisticsCollector, other):
             if not self._use_buffer: s.drop_buffer()
         else: _merge_streams(mine, s, self.config.max_samples)
     self.skipped.update(other.skipped)
+    self.memory_log += [e for e in other.memory_log if e not in self.memory_log]
     self.call_count += other.call_count
     return self
-
-def _copy_collector(c):
-    res = StatisticsCollector(c.config)
-    res.load_state_dict(c.state_dict())
-    return res
 
 # %% ../nbs/10a_statistics.ipynb #57091e7f
 _STATE_VERSION = 3
@@ -598,24 +460,25 @@ def _unhex(d, keys, what):
     if set(d) != set(keys): raise ValueError(f"load_state_dict: {what} has fields {sorted(d)}, expected {list(keys)}")
     return [float.fromhex(d[k]) for k in keys]
 
+def _stream_state(s):
+    "The state of stream `s`: moments by field name as hex floats, the sketch's non-zero buckets, the sampling record, the exact values."
+    s.flush()
+    d = dict(batches=s.n_batches, moments=dict(zip(FIELDS, map(_hex, to_host(s.total.t).tolist()))))
+    if s.sketch is not None:
+        c = to_host(s.sketch.counts)
+        nz = torch.nonzero(c > 0).flatten()     # weighted counts may leave a bucket at -1e-15 or so: nothing there
+        d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
+        if s.sampling is not None: d['sampling'] = dict(zip(_SAMPLING, map(_hex, to_host(s.sampling).tolist())))
+    if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in to_host(s.buf[:s.filled]).tolist()]
+    return d
+
 @patch
 def state_dict(self:StatisticsCollector):
     "Everything collected, as a JSON-serialisable dict (exact: moments by field name as hex floats, sketch counts as floats)."
-    streams = []
-    for (name, kind, key), s in self._streams.items():
-        s.flush()
-        d = dict(name=name, kind=kind, key=key, batches=s.n_batches,
-                 moments=dict(zip(FIELDS, map(_hex, s.total.t.cpu().tolist()))))
-        if s.sketch is not None:
-            c = s.sketch.counts.cpu()
-            nz = torch.nonzero(c).flatten()
-            d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
-            if s.sampling is not None: d['sampling'] = dict(zip(_SAMPLING, map(_hex, s.sampling.cpu().tolist())))
-        if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in s.buf[:s.filled].cpu().tolist()]
-        streams.append(d)
     return dict(version=_STATE_VERSION, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
                 use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
-                skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()}, streams=streams)
+                skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()},
+                streams=[dict(name=name, kind=kind, key=key, **_stream_state(s)) for (name, kind, key), s in self._streams.items()])
 
 def _counts(where, vals):
     "`vals` if every one is a finite number >= 0, else a ValueError naming field `where`."
@@ -623,40 +486,45 @@ def _counts(where, vals):
     if bad: raise ValueError(f"load_state_dict: {where} must hold finite counts >= 0, got {bad[:3]}")
     return vals
 
+def _config(d):
+    "The `StatisticsConfig` of a saved `config` (a state saved when `update_frequency` was a second field holds it too, equal to `every`)."
+    return StatisticsConfig(**{k: v for k, v in d.items() if not (k == 'update_frequency' and 'every' in d)})
+
+def _load_stream(d, i, where, cfg, use_buffer, device):
+    "The `_Stream` saved as `d`, the `i`-th of the state's streams; `where[0]` names the field being read, for the error."
+    def at(name): where[0] = f'streams[{i}].{name}'; return name
+    where[0] = f'streams[{i}]'
+    vals = d.get('values') if use_buffer else None
+    s = _Stream(device, None, cfg.max_samples if vals is not None else None, exact=cfg.exact, zeros=cfg.collect_sparsity)
+    moments = _unhex(d[at('moments')], FIELDS, 'moments')
+    _counts(where[0] + ' (count, nan, posinf, neginf)', [moments[FIELDS.index(k)] for k in ('count', 'nan', 'posinf', 'neginf')])
+    batches = d[at('batches')]
+    s.load_total(Moments(torch.tensor(moments, dtype=torch.float64, device=device)), int(_counts(where[0], [batches])[0]))
+    if (sk := d.get(at('sketch'))) is not None:
+        s.sketch, s.level = QuantileSketch(device, sk['level']), sk['level']
+        idx, cnt, n = list(sk['index']), _counts(where[0] + '.count', list(sk['count'])), s.sketch.counts.numel()
+        if len(idx) != len(cnt) or not all(isinstance(j, int) and 0 <= j < n for j in idx):
+            raise ValueError(f"load_state_dict: {where[0]}.index must hold one bucket in [0, {n}) per count")
+        s.sketch.counts[torch.tensor(idx, dtype=torch.long, device=device)] = torch.tensor(cnt, dtype=torch.float64, device=device)
+        if 'sampling' in d:
+            sampling = _unhex(d[at('sampling')], _SAMPLING, 'sampling')
+            s.sampling = torch.tensor(_counts(where[0], sampling), dtype=torch.float64, device=device)
+    if vals is not None:
+        s.buf[:len(vals)] = torch.tensor([float.fromhex(v) for v in d[at('values')]], dtype=torch.float64)
+        s.filled = len(vals)
+    return s
+
 def _load_state(self, sd, device, where):
     "`load_state_dict`'s work; `where[0]` names the field being read, for the error."
-    where[0] = 'config'; self.config = StatisticsConfig(**sd['config'])
+    def at(name): where[0] = name; return name
+    self.config = _config(sd[at('config')])
     self.reset()
-    where[0] = 'level'; self._level, self._use_sketch, self._use_buffer = sd['level'], sd['use_sketch'], sd['use_buffer']
-    where[0] = 'call_count'; self.call_count = _counts('call_count', [sd['call_count']])[0]
-    where[0] = 'memory_log'; self.memory_log, self.skipped = list(sd['memory_log']), dict(sd['skipped'])
-    where[0] = 'modules'; self._modules = {k: dict(v) for k, v in sd['modules'].items()}
+    self._level, self._use_sketch, self._use_buffer = sd[at('level')], sd['use_sketch'], sd['use_buffer']
+    self.call_count = _counts('call_count', [sd[at('call_count')]])[0]
+    self.memory_log, self.skipped = list(sd[at('memory_log')]), dict(sd['skipped'])
+    self._modules = {k: dict(v) for k, v in sd[at('modules')].items()}
     for i, d in enumerate(sd['streams']):
-        where[0] = f'streams[{i}]'
-        sk = d.get('sketch')
-        s = _Stream(device, None, exact=self.config.exact, zeros=self.config.collect_sparsity)
-        where[0] = f'streams[{i}].moments'
-        moments = _unhex(d['moments'], FIELDS, 'moments')
-        _counts(where[0] + ' (count, nan, posinf, neginf)', [moments[FIELDS.index(k)] for k in ('count', 'nan', 'posinf', 'neginf')])
-        s._folded = torch.tensor(moments, dtype=torch.float64, device=device)
-        where[0] = f'streams[{i}].batches'; s.n_batches = int(_counts(where[0], [d['batches']])[0])
-        if sk is not None:
-            where[0] = f'streams[{i}].sketch'
-            s.sketch = QuantileSketch(device, sk['level'])
-            s.level = sk['level']
-            idx, cnt = list(sk['index']), _counts(f'streams[{i}].sketch.count', list(sk['count']))
-            n = s.sketch.counts.numel()
-            if len(idx) != len(cnt) or not all(isinstance(j, int) and 0 <= j < n for j in idx):
-                raise ValueError(f"load_state_dict: streams[{i}].sketch.index must hold one bucket in [0, {n}) per count")
-            s.sketch.counts[torch.tensor(idx, dtype=torch.long, device=device)] = torch.tensor(cnt, dtype=torch.float64, device=device)
-            if 'sampling' in d:
-                where[0] = f'streams[{i}].sampling'
-                s.sampling = torch.tensor(_counts(where[0], _unhex(d['sampling'], _SAMPLING, 'sampling')), dtype=torch.float64, device=device)
-        if 'values' in d and self._use_buffer:
-            where[0] = f'streams[{i}].values'
-            s.buf = torch.empty(self.config.max_samples, dtype=torch.float64, device=device)
-            s.filled, s.complete = len(d['values']), True
-            s.buf[:s.filled] = torch.tensor([float.fromhex(v) for v in d['values']], dtype=torch.float64)
+        s = _load_stream(d, i, where, self.config, self._use_buffer, device)
         where[0] = f'streams[{i}].name'
         self._streams[(d['name'], d['kind'], d['key'])] = s
 
@@ -687,211 +555,19 @@ def _no_constant(c): raise ValueError(f"not strict JSON: {c} (statistics files w
 def load(cls:StatisticsCollector, path, device='cpu'):
     "A collector of this class restored from a file written by `save`."
     with open(path) as f: sd = json.load(f, parse_constant=_no_constant)
-    return cls(StatisticsConfig(**sd['config'])).load_state_dict(sd, device)
+    return cls(_config(sd['config'])).load_state_dict(sd, device)
 
 # %% ../nbs/10a_statistics.ipynb #8bdcf585
 @patch
 def all_reduce(self:StatisticsCollector, group=None):
-    "Combine the statistics of every rank of `group` (torch.distributed); afterwards all ranks hold the global result."
-    import torch.distributed as dist
+    "Combine the statistics of every rank of `group` (torch.distributed): every rank's state, gathered and merged in rank order; afterwards all ranks hold the same global result."
     if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("all_reduce needs an initialised torch.distributed process group")
-    world = dist.get_world_size(group)
-    meta = dict(config=asdict(self.config), keys=list(self._streams), level=self._level, modules=self._modules, skipped=self.skipped,
-                call_count=self.call_count, use_buffer=self._use_buffer,
-                sketched=[s.sketch is not None for s in self._streams.values()],
-                batches=[s.n_batches for s in self._streams.values()],
-                filled=[s.filled if s.complete else -1 for s in self._streams.values()], memory_log=self.memory_log)
-    metas = [None] * world
-    dist.all_gather_object(metas, meta, group=group)
-    for r, m in enumerate(metas):                              # every rank sees the same metas, so all raise together
-        _check_same_config(self.config, StatisticsConfig(**m['config']), f'all_reduce (rank {r})')
-    keys = sorted({tuple(k) for m in metas for k in m['keys']})
-    level = max(m['level'] for m in metas)
-    device = next((s.device for s in self._streams.values()), torch.device('cpu'))
-    def per_key(field, default): return {k: [dict(zip(map(tuple, m['keys']), m[field])).get(k, default) for m in metas] for k in keys}
-    sketched, filled, batches = per_key('sketched', True), per_key('filled', 0), per_key('batches', 0)
-    for k in keys:                                             # same streams, same sketch level everywhere
-        s = self._streams.get(k)
-        if s is None:
-            s = self._streams[k] = _Stream(device, level if all(sketched[k]) else None, exact=self.config.exact, zeros=self.config.collect_sparsity)
-            s.complete = False
-        s._to(device)
-        if s.sketch is not None:
-            if all(sketched[k]): s.sketch.coarsen(level)
-            else: s.drop_sketch()
-    self._level = level
-    streams = [self._streams[k] for k in keys]
-    if streams:
-        rows = torch.stack([s.total.t for s in streams])        # [streams, len(FIELDS)]
-        gathered = [torch.empty_like(rows) for _ in range(world)]
-        dist.all_gather(gathered, rows, group=group)
-        folded = Moments(torch.stack(gathered)).fold(0).t       # one fold over the ranks, in rank order: the same bits on every rank
-        sk = [s for s in streams if s.sketch is not None]
-        if sk:                                                  # sketch counts and sampling records add up
-            flat = torch.cat([s.sketch.counts for s in sk] + [s.sampling if s.sampling is not None else rows.new_zeros(len(_SAMPLING)) for s in sk])
-            dist.all_reduce(flat, group=group)
-            offset = 0
-            for s in sk:
-                n = s.sketch.counts.numel()
-                s.sketch.counts = flat[offset:offset + n].clone(); offset += n
-            samp = flat[offset:].view(len(sk), len(_SAMPLING))
-            for s, smp, k in zip(sk, samp.tolist(), samp): s.sampling = k.clone() if smp[0] else None
-        for i, (k, s) in enumerate(zip(keys, streams)):
-            s._folded, s._rows, s.n_batches = folded[i].clone(), [], sum(batches[k])
-            fl = filled[k]                                        # exact buffers: kept only if every rank's fit together
-            cap = self.config.max_samples or 0
-            if all(m['use_buffer'] for m in metas) and min(fl) >= 0 and sum(fl) <= cap and cap:
-                mine = torch.zeros(cap, dtype=torch.float64, device=device)
-                if s.buf is not None: mine[:s.filled] = s.buf[:s.filled]
-                parts = [torch.empty_like(mine) for _ in range(world)]
-                dist.all_gather(parts, mine, group=group)
-                buf = torch.empty(cap, dtype=torch.float64, device=device)
-                pos = 0
-                for p, f in zip(parts, fl): buf[pos:pos + f] = p[:f]; pos += f
-                s.buf, s.filled, s.complete = buf, pos, True
-            else: s.drop_buffer()
-    modules = {}
-    for m in metas:
-        for name, md in m['modules'].items():
-            modules[name] = _merge_meta(modules[name], md) if name in modules else dict(md)
-    self._modules = modules
-    self._use_buffer = all(m['use_buffer'] for m in metas)
-    self.call_count = sum(m['call_count'] for m in metas)
-    for m in metas: self.skipped.update(m['skipped'])
-    self.memory_log = sorted({e for m in metas for e in m['memory_log']})
+    states = [None] * dist.get_world_size(group)
+    dist.all_gather_object(states, self.state_dict(), group=group)
+    for r, sd in enumerate(states):                  # every rank sees the same states, so all raise together
+        _check_same_config(self.config, StatisticsConfig(**sd['config']), f'all_reduce (rank {r})')
+    device = next((s.device for s in self._streams.values()), 'cpu')
+    res = StatisticsCollector(self.config)
+    for sd in states: res.merge(StatisticsCollector(self.config).load_state_dict(sd, device))
+    vars(self).update(vars(res))
     return self
-
-# %% ../nbs/10a_statistics.ipynb #917174d5
-class ActivationWarning(UserWarning):
-    "A warning about a layer's activations (dead, vanishing, saturated...)."
-
-def _check_thresholds(sparsity_threshold=None, std_threshold=None, range_threshold=None, skew_factor=None):
-    "Raise a ValueError naming the threshold that is negative, NaN or infinite (None switches a check off)."
-    if sparsity_threshold is not None: _check_number('sparsity_threshold', sparsity_threshold, 0, ' (None: no check)', hi=1)
-    for name, v in dict(std_threshold=std_threshold, range_threshold=range_threshold, skew_factor=skew_factor).items():
-        if v is not None: _check_number(name, v, 0, ' (None: no check)')
-
-def _finding(layer, issue, value, threshold): return dict(layer=layer, issue=issue, value=value, threshold=threshold)
-
-def check_statistics(all_stats, sparsity_threshold=0.9, std_threshold=0.01, range_threshold=None, skew_factor=None, saturation=False):
-    "Findings about suspicious layers in `{name: ModuleStatistics}`: dicts of `layer`, `issue`, `value` and `threshold` (high sparsity, low variance; optional: narrow range, skew, saturation)."
-    _check_thresholds(sparsity_threshold, std_threshold, range_threshold, skew_factor)
-    res = []
-    for name, st in all_stats.items():
-        o = st.output_stats
-        if o is None or not o.count: continue
-        if sparsity_threshold is not None and o.sparsity_ratio is not None and o.sparsity_ratio > sparsity_threshold:
-            res.append(_finding(name, 'high sparsity', o.sparsity_ratio, sparsity_threshold))
-        if std_threshold is not None and o.std is not None and o.std < std_threshold:
-            res.append(_finding(name, 'low variance', o.std, std_threshold))
-        if range_threshold is not None and o.max is not None and o.max - o.min < range_threshold:
-            res.append(_finding(name, 'narrow range', o.max - o.min, range_threshold))
-        if skew_factor is not None and o.mean is not None and o.std is not None and abs(o.mean) > skew_factor * o.std:
-            res.append(_finding(name, 'skewed', abs(o.mean) / o.std if o.std else math.inf, skew_factor))
-        if saturation and 99 in o.percentiles and o.max is not None and o.percentiles[99] >= o.max:
-            res.append(_finding(name, 'saturating', o.percentiles[99], o.max))
-    return res
-
-_TEMPLATES = {
-    'high sparsity': "{layer} has high sparsity: {value:.1%} of its outputs are exactly 0 (> {threshold:.0%})",
-    'low variance': "{layer} has low variance: output std {value:.3g} < {threshold}",
-    'narrow range': "{layer} has a very narrow activation range: {value:.3g} < {threshold}",
-    'skewed': "{layer} has a skewed distribution: |mean| is {value:.3g} x its std (> {threshold})",
-    'saturating': "{layer} may saturate: its 99th percentile {value:.3g} equals its max {threshold:.3g}"}
-
-def format_finding(f):
-    "A finding of `check_statistics` as one sentence."
-    return _TEMPLATES[f['issue']].format(**f)
-
-
-# %% ../nbs/10a_statistics.ipynb #2249ca69
-class StatisticsCB(HooksCallback):
-    "Collect run-wide statistics of the `layers` (see `select_modules`) during fit, warning about dead or vanishing layers."
-    order = 10
-    def __init__(self, config=None, layers=None, on_train=True, on_valid=False, every=None,
-                 sparsity_threshold=0.9, std_threshold=0.01, per_epoch=False, *, mod_filter=None, mods=None, check_every=None, on_val=None):
-        # `mod_filter` and `mods` are other names for `layers`, `check_every` for `every`, `on_val` for `on_valid`
-        _check_thresholds(sparsity_threshold, std_threshold)
-        if check_every is not None: _check_int('check_every', check_every, 1, ' or None')
-        if every is not None: _check_int('every', every, 1, ' or None')
-        if config is not None and not isinstance(config, StatisticsConfig):
-            raise TypeError(f"StatisticsCB: config must be a StatisticsConfig, got {type(config).__name__}")
-        super().__init__(self._record, layers, on_train=on_train, on_valid=on_valid, mod_filter=mod_filter, mods=mods, on_val=on_val)
-        self.config = config or StatisticsConfig(collect_sparsity=True, collect_input=False)
-        self.stats = ActivationStatisticsHook(self.config)
-        self.every = every if every is not None else check_every
-        fc.store_attr('sparsity_threshold,std_threshold,per_epoch')
-        self.alerts, self.history, self._warned = [], [], set()
-
-    @property
-    def check_every(self): return self.every
-
-    def _record(self, hook, module, input, output):
-        self.stats.call_count += 1
-        self.stats.update_statistics(hook.name, input, output)
-
-    def before_fit(self, learn=None):
-        super().before_fit(learn)
-        self._n = 0
-
-    def check(self):
-        "Check the statistics now: returns the findings (see `check_statistics`), appends them to `alerts`, and warns (`ActivationWarning`) once per layer and issue."
-        found = check_statistics(self.stats.get_all_statistics(), self.sparsity_threshold, self.std_threshold)
-        learn = self.learn
-        epoch, it = getattr(learn, 'epoch', None), getattr(learn, 'iter', None)
-        for f in found:
-            msg = format_finding(f)
-            if (f['layer'], f['issue']) not in self._warned: warnings.warn(msg, ActivationWarning)
-            self._warned.add((f['layer'], f['issue']))
-            self.alerts.append(dict(epoch=epoch, iter=it, **f, message=msg))
-        return found
-
-    def after_batch(self, learn=None):
-        super().after_batch(learn)
-        if self.learn.training: self._n += 1
-        if self.every and self.learn.training and self._n % self.every == 0: self.check()
-
-    def after_epoch(self, learn=None):
-        recorded = self.on_train if self.learn.training else self.on_valid
-        if not recorded or not self.stats._modules: return
-        self.check()
-        if self.per_epoch:
-            self.history.append(self.stats.get_all_statistics())
-            self.stats.reset()
-
-
-# %% ../nbs/10a_statistics.ipynb #1a11e73b
-def statistics_table(stats, kind='output'):
-    "A pandas DataFrame with one row per module of `stats` (a collector or `{name: ModuleStatistics}`)."
-    import pandas as pd
-    if isinstance(stats, StatisticsCollector): stats = stats.get_all_statistics()
-    rows = []
-    for name, st in stats.items():
-        o = getattr(st, f'{kind}_stats')
-        if o is None: continue
-        row = dict(module=name, count=o.count, nonfinite=o.nonfinite, mean=o.mean, std=o.std, min=o.min)
-        row.update({f'p{_pct_key(p)}': v for p, v in o.percentiles.items()})
-        row.update(max=o.max, sparsity=o.sparsity_ratio)
-        rows.append(row)
-    return pd.DataFrame(rows).set_index('module') if rows else pd.DataFrame()
-
-def plot_percentile_bands(stats, kind='output', ax=None, yscale='symlog', linthresh=0.1):
-    "Per-layer distribution of `stats`: bands between symmetric percentiles, the median, and min/max."
-    if isinstance(stats, StatisticsCollector): stats = stats.get_all_statistics()
-    names = [n for n, st in stats.items() if getattr(st, f'{kind}_stats') is not None]
-    if ax is None: _, ax = plt.subplots(figsize=(max(5, len(names)*1.1), 3.5))
-    ts = [getattr(stats[n], f'{kind}_stats') for n in names]
-    x = np.arange(len(names))
-    ps = sorted(ts[0].percentiles) if ts else []
-    pairs = [(lo, 100 - lo) for lo in ps if lo < 50 and (100 - lo) in ps]
-    for i, (lo, hi) in enumerate(pairs):
-        ax.fill_between(x, [t.percentiles[lo] for t in ts], [t.percentiles[hi] for t in ts], alpha=0.2 + 0.15*i,
-                        color='C0', label=f'p{_pct_key(lo)}-p{_pct_key(hi)}', lw=0)
-    if 50 in ps: ax.plot(x, [t.percentiles[50] for t in ts], 'C1-o', label='median')
-    if ts and ts[0].min is not None:
-        ax.plot(x, [t.min for t in ts], 'k.', label='min/max'); ax.plot(x, [t.max for t in ts], 'k.')
-    ax.set_xticks(x, names); ax.set_xlabel('module'); ax.set_ylabel(f'{kind} value')
-    if yscale == 'symlog': ax.set_yscale('symlog', linthresh=linthresh)
-    elif yscale: ax.set_yscale(yscale)
-    ax.legend(fontsize=8, loc='upper left', bbox_to_anchor=(1, 1))
-    return ax

@@ -6,38 +6,33 @@ Docs: https://miniai.github.io/miniai/tensorboard.html.md"""
 
 # %% ../nbs/11a_tensorboard.ipynb #ff27ce60
 from __future__ import annotations
-import math
-import torch, torch.distributed as dist
+import torch
+from .core import rank, world_size
 from .learner import Callback
-from .activations import ActivationStats, main_recorder, get_min
+from .activations import ActivationStats, main_recorder
 
 # %% auto #0
 __all__ = ['TensorBoardCB']
 
 # %% ../nbs/11a_tensorboard.ipynb #7352faad
-def _ranks():
-    "The number of ranks in the process group, 1 without one."
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
 class TensorBoardCB(Callback):
     "Write the statistics of `astats` (default: the learner's `ActivationStats`) to TensorBoard event files in `log_dir` after each epoch."
     order = ActivationStats.order + 1
     def __init__(self, log_dir, astats=None, prefix='activations'):
         self.log_dir, self.astats, self.prefix, self.writer = str(log_dir), astats, prefix, None
 
-    def before_fit(self, learn=None):
-        learn = self.learn if learn is None else learn
+    def before_fit(self, learn):
         self.writer = None
-        if _ranks() > 1 and dist.get_rank() != 0: return   # several ranks: rank 0 writes, after the statistics are merged
+        if world_size() > 1 and rank() != 0: return   # several ranks: rank 0 writes, after the statistics are merged
         if self.astats is None:
             self.astats = next((cb for cb in learn.cbs if isinstance(cb, ActivationStats)), None)
             if self.astats is None: raise ValueError("TensorBoardCB needs an ActivationStats callback: pass one, or add one to the learner's callbacks")
         from torch.utils.tensorboard import SummaryWriter   # imported when used: tensorboard is an optional dependency
         self.writer, self._written = SummaryWriter(self.log_dir), {}
 
-    def after_epoch(self, learn=None):
-        if _ranks() == 1: self.write()   # with several ranks the merged statistics exist only after fit
-    def cleanup_fit(self, learn=None):
+    def after_epoch(self, learn):
+        if world_size() == 1: self.write()   # with several ranks the merged statistics exist only after fit
+    def cleanup_fit(self, learn):
         if self.writer is None: return
         try: self.write()
         finally:

@@ -4,7 +4,7 @@ from miniai import cli
 from miniai.learner import Callback
 
 class Boom(Callback):
-    def after_batch(self, learn=None): raise RuntimeError('rank 1 fails on purpose')
+    def after_batch(self, learn): raise RuntimeError('rank 1 fails on purpose')
 
 if os.environ.get('RANK') == '1':
     build = cli.build_variant

@@ -7,7 +7,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from miniai.datasets import fashion_dls, DataLoaders, TensorDictDataset
 from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
 from miniai.activations import ActivationStats, main_recorder
-from miniai.distributed import DistributedCB, rank, world_size
+from miniai.core import rank, world_size
+from miniai.distributed import DistributedCB
 
 mode, out = sys.argv[1], sys.argv[2]
 set_seed(1)

@@ -1,4 +1,4 @@
-import os, time
+import os
 os.environ.setdefault('MPLBACKEND', 'Agg')
 _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _workers > 1:   # one torch thread per xdist worker: two workers x two threads on two cores stall each other (OpenMP spinning)
@@ -19,7 +19,7 @@ settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'default'))
 # consecutive tests, which would give the first worker all the slow ones).
 _SLOW_FIRST = ['10_activations', '11b_distributed', '11_initializing', '90_cli', '10c_debuggers', 'test_two_ranks_under_torchrun',
                'test_distributed', 'test_two_processes_build_at_once', 'test_all_reduce_two_ranks', 'test_two_ranks_dump_and_compare',
-               'test_a_failing_rank', '10a_statistics', 'test_diagnose_variant', 'test_diverging_run', '10b_dumps',
+               'test_a_failing_rank', '10a_statistics', '10e_monitoring', '10d_compare', 'test_diagnose_variant', 'test_diverging_run', '10b_dumps',
                'test_course_lesson11', 'test_course_lesson10', 'test_all_reduce_refuses', 'test_cli', 'index', '09_learner']
 
 def pytest_collection_modifyitems(config, items):

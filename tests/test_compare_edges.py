@@ -1,11 +1,11 @@
-"""miniai.dumps at the edges: `compare_arrays` against a float64/longdouble reference on random arrays that mix huge,
+"""miniai.compare at the edges: `compare_arrays` against a float64/longdouble reference on random arrays that mix huge,
 tiny, subnormal, NaN and Inf values, and `miniai-compare` run as a command on broken runs (its exit status is the point)."""
 import math, os, shutil, subprocess, sys, tempfile
 from pathlib import Path
 import numpy as np, pytest
 from hypothesis import given, settings, HealthCheck, strategies as st
 from hypothesis.extra import numpy as hnp
-from miniai.dumps import compare_arrays
+from miniai.compare import compare_arrays
 
 ROOT = Path(__file__).parent.parent
 
@@ -89,7 +89,7 @@ def test_chunking_changes_nothing_exact(pair, chunk2):
 
 def cli(*args, timeout=60):
     env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run([sys.executable, '-m', 'miniai.dumps', '--no-progress', *map(str, args)],
+    return subprocess.run([sys.executable, '-m', 'miniai.compare', '--no-progress', *map(str, args)],
                           capture_output=True, timeout=timeout, env=env)
 
 def runs(tmp_path, a, b, name='t.npy'):
@@ -102,7 +102,7 @@ def runs(tmp_path, a, b, name='t.npy'):
 GOOD = np.linspace(1, 2, 1000, dtype='f4')
 
 def test_nan_in_b_fails_even_with_thresholds_met(tmp_path):
-    "The issue's reproduction: half of B is NaN; the finite half is equal to A."
+    "Half of B is NaN and the finite half equals A: the NaN positions fail the gate, whatever the thresholds say."
     broken = GOOD.copy(); broken[:500] = np.nan
     A, B = runs(tmp_path, GOOD, broken)
     res = cli('--pathA', A, '--pathB', B, '--min-cosine', '0.9999', '--max-abs-err', '0')
@@ -169,7 +169,7 @@ def test_read_only_path_a():
     try:
         A, B = runs(base, GOOD, GOOD)
         (A/'tensors').chmod(0o555)
-        cmd = [sys.executable, '-m', 'miniai.dumps', '--no-progress', '--pathA', str(A), '--pathB', str(B)]
+        cmd = [sys.executable, '-m', 'miniai.compare', '--no-progress', '--pathA', str(A), '--pathB', str(B)]
         if os.geteuid() == 0: cmd = ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', *cmd]
         res = subprocess.run(cmd, capture_output=True, timeout=60, env={**os.environ, 'PYTHONPATH': str(ROOT), 'HOME': str(base)})
         if b'usage: miniai-compare' not in res.stderr and res.returncode != 1: pytest.skip(f'cannot run as nobody here: {res.stderr[-300:]!r}')
@@ -180,7 +180,7 @@ def test_read_only_path_a():
 @pytest.mark.parametrize('args', [['--min-cosine', 'nan'], ['--min-cosine', '-0.5'], ['--max-abs-err', '-1'], ['--max-abs-err', 'nan']])
 def test_bad_thresholds(tmp_path, args):
     A, B = runs(tmp_path, GOOD, GOOD)
-    res = subprocess.run([sys.executable, '-c', 'import sys; from miniai.dumps import compare_main; compare_main(sys.argv[1:])',
+    res = subprocess.run([sys.executable, '-c', 'import sys; from miniai.compare import compare_main; compare_main(sys.argv[1:])',
                           '--pathA', str(A), '--pathB', str(B), *args], capture_output=True, timeout=60,
                          env={**os.environ, 'PYTHONPATH': str(ROOT)})
     assert res.returncode == 2 and b'usage: miniai-compare' in res.stderr and b'Traceback' not in res.stderr, res.stderr
@@ -244,7 +244,7 @@ def test_threads_at_first_use_keep_the_compiled_kernel(tmp_path):
         for i in range(8): np.save(folder/f't{i}.npy', np.linspace(0, 1, 5000) * (i + 1))
     code = ("import sys, warnings; warnings.simplefilter('error')\n"
             "import miniai.kernel as K\n"
-            "from miniai.dumps import compare_dumps\n"
+            "from miniai.compare import compare_dumps\n"
             "res = compare_dumps(sys.argv[1], sys.argv[2], kinds=('tensors',), workers=4, progress=False, verbose=False)\n"
             "print(len(res[('tensors', 0)]['compared']), K._FUSED[0] == K._HAVE_NUMBA)")
     out = subprocess.run([sys.executable, '-c', code, str(tmp_path/'A'), str(tmp_path/'B')], capture_output=True, text=True, timeout=300,

@@ -4,8 +4,7 @@ Written the way the course writes it: star imports from `miniai.*`, the course's
 `TrainCB`, `DeviceCB`, `MetricsCB`, `ProgressCB`, its `SequentialModel`, raw hooks, `Hook`, `Hooks`, `append_stats`,
 `HooksCallback`, `get_hist`, `get_min` and `ActivationStats`, and callbacks in both of the course's styles: the final
 notebooks' `before_fit(self, learn)` and the lesson videos' `before_fit(self)` reading `self.model`. Training is cut to a
-few real FashionMNIST batches so that the file runs in seconds; what is checked is that the course's code runs and does
-what the lesson says, not accuracy.
+few real FashionMNIST batches: what is checked is that the course's code runs and does what the lesson says, not accuracy.
 """
 import inspect, itertools, copy, pickle
 from functools import partial
@@ -20,11 +19,11 @@ from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy
 
-# the course's imports (lesson 10, cells 2-3), then the lesson's own module as a reader of lesson 11 imports it
+# the course's imports of lesson 10
 from miniai.datasets import *
 from miniai.learner import *
 from miniai.activations import *
-import miniai.learner
+from miniai.findings import THRESHOLDS
 
 N_TRAIN, N_VALID = 3, 1
 
@@ -40,12 +39,12 @@ def _close_figs():
 
 @pytest.fixture(scope='module')
 def dls():
-    "The course's `dls` (bs 1024, cell 5), cut to its first batches."
+    "The course's `dls` (bs 1024), cut to its first batches."
     full = fashion_dls(1024)
     return DataLoaders(list(itertools.islice(full.train, N_TRAIN)), list(itertools.islice(full.valid, N_VALID)))
 
 
-# cell 7
+# the course's lesson-10 `conv` and `cnn_layers`
 def conv(ni, nf, ks=3, act=True):
     res = nn.Conv2d(ni, nf, stride=2, kernel_size=ks, padding=ks//2)
     if act: res = nn.Sequential(res, nn.ReLU())
@@ -63,7 +62,7 @@ def cnn_layers():
 
 @pytest.fixture
 def fit(dls):
-    "Cells 10-11: the course's `cbs` and `fit`."
+    "The course's `cbs` and `fit`."
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
     cbs = [TrainCB(), DeviceCB(), metrics, ProgressCB(plot=True)]
     def fit(model, epochs=1, xtra_cbs=None):
@@ -76,9 +75,9 @@ def fit(dls):
 
 def test_baseline_and_sequential_model(fit):
     set_seed(1)
-    learn = fit(nn.Sequential(*cnn_layers()))                     # cell 12
+    learn = fit(nn.Sequential(*cnn_layers()))                     # the baseline
     assert [d['train'] for d in fit.metrics.log_hist] == ['train', 'eval']
-    # cells 15-18: statistics recorded by the model itself
+    # statistics recorded by the model itself
     class SequentialModel(nn.Module):
         def __init__(self, *layers):
             super().__init__()
@@ -103,7 +102,7 @@ def test_baseline_and_sequential_model(fit):
 
 
 def test_pytorch_hooks_and_hook_class(fit):
-    # cells 21-27: raw PyTorch hooks
+    # raw PyTorch hooks
     set_seed(1)
     model = nn.Sequential(*cnn_layers())
     act_means = [[] for _ in model]
@@ -114,7 +113,7 @@ def test_pytorch_hooks_and_hook_class(fit):
     for i,m in enumerate(model): m.register_forward_hook(partial(append_stats, i))
     fit(model)
     assert [len(o) for o in act_means] == [N_TRAIN + N_VALID]*6
-    # cells 30-35: the Hook class with the course's two-list append_stats
+    # the Hook class with the course's two-list append_stats
     def append_stats(hook, mod, inp, outp):
         if not hasattr(hook,'stats'): hook.stats = ([],[])
         acts = to_cpu(outp)
@@ -130,7 +129,7 @@ def test_pytorch_hooks_and_hook_class(fit):
     plt.legend(range(5));
     assert [len(h.stats[0]) for h in hooks] == [N_TRAIN + N_VALID]*5
     assert all(not m._forward_hooks for m in model[:5])
-    # cells 42-44: Hooks as a context manager, on every child (Flatten included)
+    # Hooks as a context manager, on every child (Flatten included)
     set_seed(1)
     model = nn.Sequential(*cnn_layers())
     with Hooks(model, append_stats) as hooks:
@@ -147,7 +146,7 @@ def test_pytorch_hooks_and_hook_class(fit):
 
 
 def course_append_stats(hook, mod, inp, outp):
-    "Cell 51: the course's append_stats with its histogram."
+    "The course's append_stats with its histogram."
     if not hasattr(hook,'stats'): hook.stats = ([],[],[])
     acts = to_cpu(outp)
     hook.stats[0].append(acts.mean())
@@ -156,7 +155,7 @@ def course_append_stats(hook, mod, inp, outp):
 
 
 class CourseHooksCallback(Callback):
-    "Cell 46: the course's final HooksCallback, whose methods take the learner."
+    "The course's final HooksCallback, whose methods take the learner."
     def __init__(self, hookfunc, mod_filter=fc.noop, on_train=True, on_valid=False, mods=None):
         fc.store_attr()
         super().__init__()
@@ -206,7 +205,7 @@ def test_hooks_callbacks_in_both_styles_in_one_fit(fit):
     for a, b, c in zip(course_hc, video_hc, package_hc):                      # the same activations, seen three ways
         for i in range(3): assert torch.equal(torch.stack(a.stats[i]), torch.stack(b.stats[i])) and torch.equal(torch.stack(a.stats[i]), torch.stack(c.stats[i]))
     assert all(not m._forward_hooks for m in model.modules())
-    # cells 49, 54, 56: the course's plots from the callback's hooks
+    # the course's plots from the callback's hooks
     fig,axs = plt.subplots(1,2, figsize=(10,4))
     for h in package_hc:
         for i in 0,1: axs[i].plot(h.stats[i])
@@ -246,7 +245,7 @@ def test_callbacks_of_each_style_share_one_fit(fit):
 
 
 def test_activation_stats_as_in_the_course(fit):
-    # cells 58-63
+    # the course's ActivationStats and its three plots
     astats = ActivationStats(fc.risinstance(nn.Conv2d))
     set_seed(1)
     model = nn.Sequential(*cnn_layers())
@@ -309,7 +308,7 @@ class CourseLearner():
 
 
 def test_miniai_callbacks_run_in_the_courses_learner(dls):
-    "miniai's callbacks take an optional learner, so the course's own `Learner` runs them."
+    "miniai's callbacks take the learner as their argument, so the course's own `Learner` runs them."
     metrics = MetricsCB(accuracy=MulticlassAccuracy())
     astats = ActivationStats(fc.risinstance(nn.Conv2d))
     cbs = [TrainCB(), DeviceCB(), metrics, ProgressCB(plot=True), astats]
@@ -371,11 +370,11 @@ def test_activation_stats_layers_aliases_every_and_findings(fit):
         fit(nn.Sequential(*cnn_layers()), xtra_cbs=[astats])
         picked.append([h.name for h in astats])
         assert [len(h.stats[0]) for h in astats] == [2] * len(astats)          # batches 0 and 2 of the three
-        rows = astats.diagnose(dead_frac=-1.)                                 # every layer is "dead" at this threshold
+        rows = astats.diagnose(thresholds=THRESHOLDS.but(dead=0.))           # every layer is "dead" at this threshold
         for r in rows:
             assert {'layer', 'mean', 'std', 'dead', 'saturated', 'nonfinite', 'flags', 'findings'} <= set(r)
             dead = [f for f in r['findings'] if f['issue'] == 'dead']
-            assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=-1., measure='dead')]
+            assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=0., measure='dead')]
             assert r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings']))
         assert all('dead' in line for line in format_diagnosis(rows).split('\n')[1:len(rows)+1])   # the table shows the rows' flags
     assert picked[0] == picked[1] == picked[2] == ['0.0', '1.0', '2.0', '3.0', '4'] and picked[3] == ['0.0', '4']

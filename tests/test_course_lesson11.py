@@ -1,10 +1,10 @@
 """The course's lesson 11 (11_initializing.ipynb of fastai/course22p2), cell by cell, against the package.
 
 Written the way the course writes it: star imports from `miniai.*`, `MomentumLearner`, `GeneralRelu`, `init_weights`,
-`lsuv_init(model, m, m_in, xb)`, `LayerNorm`/`BatchNorm`, `BatchTransformCB`. Training is cut to a few batches so that
-the file runs in seconds; what is checked is that the course's code runs and does what the lesson says, not accuracy.
+`lsuv_init(model, m, m_in, xb)`, `LayerNorm`/`BatchNorm`, `BatchTransformCB`. Training is cut to a few batches: what is
+checked is that the course's code runs and does what the lesson says, not accuracy.
 """
-import inspect, itertools, math, sys, warnings
+import inspect, itertools, math, sys
 from functools import partial
 
 import pytest
@@ -12,11 +12,11 @@ import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
 import torch, fastcore.all as fc
-from torch import nn, optim, tensor
+from torch import nn
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy
 
-# the course's imports, in the course's order (lesson 11, cell 2)
+# the course's imports of lesson 11, in the course's order
 from miniai.datasets import *
 from miniai.conv import *
 from miniai.learner import *
@@ -66,7 +66,7 @@ def test_names_the_course_imports():
     assert callable(set_seed)
 
 
-def test_lesson7_conv_and_devices():
+def test_conv_and_device_helpers():
     import miniai.conv as c7
     bare = c7.conv(64, 10, act=False)
     assert type(bare) is nn.Conv2d and bare.bias is not None and bare.stride == (2, 2) and bare.padding == (1, 1)
@@ -78,7 +78,7 @@ def test_lesson7_conv_and_devices():
 
 
 def test_baseline_and_kaiming(dls1024):
-    # cell 5: lesson 10's model with lesson 7's conv (the last one without activation)
+    # lesson 10's model with lesson 7's conv (the last one without activation)
     def get_model():
         return nn.Sequential(conv(1, 8), conv(8, 16), conv(16, 32), conv(32, 64),
                              conv(64, 10, act=False), nn.Flatten()).to(def_device)
@@ -87,7 +87,7 @@ def test_baseline_and_kaiming(dls1024):
     learn, last = fit_course(get_model(), dls1024, 0.2, [astats])
     assert len(astats.hooks) == 4 and math.isfinite(float(last["loss"]))
     astats.color_dim(); astats.plot_stats()
-    # cells 72-76: Kaiming init
+    # Kaiming init
     def init_weights_course(m):
         if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d)): nn.init.kaiming_normal_(m.weight)
     set_seed(42); a = get_model().apply(init_weights_course)
@@ -102,7 +102,7 @@ def test_input_normalisation_with_batchtransformcb(dls1024, xb):
     seen = []
     class Peek(Callback):
         order = BatchTransformCB.order + 1
-        def before_batch(self, learn=None): seen.append((self.learn if learn is None else learn).batch[0].mean().item())
+        def before_batch(self, learn): seen.append(learn.batch[0].mean().item())
     set_seed(42)
     fit_course(get_model().apply(init_weights), dls1024, 0.2, [norm, Peek()])
     assert all(abs(m) < 0.1 for m in seen), seen
@@ -184,7 +184,7 @@ def test_layernorm_and_batchnorm(dls1024):
     assert model[0][0].bias is not None                          # the course's conv keeps its bias before a norm
 
 
-def test_towards_90_two_fits():
+def test_batchnorm_model_trains_in_two_fits():
     dls = few(fashion_dls(256), 6, 2)
     act_gr = partial(GeneralRelu, leak=0.1, sub=0.4)
     set_seed(42)
@@ -207,7 +207,7 @@ def test_batchnorm_variant_recipe():
     dls = few(fashion_dls(d['bs']), 2, 1)
     v = make_variant('batchnorm', dls)
     assert v['bs'] == d['bs'] and v['lr'] == d['lr']
-    assert v['layers'] is block_filter and v['mod_filter'] is v['layers']     # `mod_filter`: the course's name, kept for readers of the dict
+    assert v['layers'] is block_filter and 'mod_filter' not in v
     astats = ActivationStats(v['layers'])
     learn = variant_learner(v, dls, [astats])
     learn.fit(1)

@@ -1,5 +1,5 @@
 """Course-style cells of lessons 13 and 14 against the package, `attach` in a plain loop, ActivationStats' argument errors, torch.compile."""
-import itertools, math
+import math
 from functools import partial
 import pytest, matplotlib
 matplotlib.use('Agg')
@@ -28,7 +28,7 @@ def get_model(act=nn.ReLU, nfs=(8,16,32), norm=nn.BatchNorm2d):
     layers += [ResBlock(nfs[i], nfs[i+1], act=act, norm=norm, stride=2) for i in range(len(nfs)-1)]
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(nfs[-1], 10, bias=False), nn.BatchNorm1d(10))
 
-def test_lesson13_one_cycle_recorder():
+def test_resnet_trains_with_one_cycle_and_recorder():
     dls, epochs, lr = synth(), 2, 2e-2
     tmax = epochs * len(dls.train)
     sched = partial(lr_scheduler.OneCycleLR, max_lr=lr, total_steps=tmax)
@@ -42,7 +42,7 @@ def test_lesson13_one_cycle_recorder():
     rec.plot(); astats.color_dim(); plt.close('all')
     assert len(astats.hooks[0].stats[0]) == tmax
 
-def test_lesson14_summary_and_capture(capsys):
+def test_summary_capture_preds_and_erasing(capsys):
     learn = TrainLearner(get_model(), synth(), F.cross_entropy, cbs=[DeviceCB()])
     s = learn.summary()
     out = capsys.readouterr().out

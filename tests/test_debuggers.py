@@ -5,16 +5,16 @@ from torch import nn
 import miniai.debuggers as dbg
 from miniai.debuggers import *
 # helpers the tests reach into (not in `__all__`: a user does not call them)
-from miniai.debuggers import (INDEX, as_float, channel_dims, decode_records, encode_records, find_module, finite_mean_std, moment_stats,
-                              nbytes, output_error, read_index, strict_json, to_host, write_page)
+from miniai.debuggers import channel_dims, encode_records, find_module, finite_mean_std, nbytes, read_index
+from miniai.findings import judge
 
 def toy():
     torch.manual_seed(0)
     return nn.Sequential(nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU()), nn.Sequential(nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.ReLU()),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 3))
 
-CONFIG = [{'name': 'fm', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer_name': '1'}}},
-          {'name': 'cam', 'debugger_config': {'class': 'miniai.debuggers.GradCAMDebugger', 'args': {'target_layer': '1'}}}]
+CONFIG = [{'name': 'fm', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer': '1'}}},
+          {'name': 'cam', 'debugger_config': {'class': 'miniai.debuggers.GradCAMDebugger', 'args': {'layer': '1'}}}]
 
 def test_class_by_name_and_dotted_path():
     sd = SequentialDebugger(1, CONFIG)
@@ -66,7 +66,7 @@ def test_page_names_cannot_escape(tmp_path):
     (tmp_path/'index.json').write_text(json.dumps({'pages': [{'json': '../x.json', 'npz': 'p.npz'}]}))
     with pytest.raises(ValueError, match='outside its folder'): load_pages(tmp_path)
 
-# --- trust at the edges (issue #11): outputs a debugger cannot describe, NaN in pages, folders that cannot be written ---
+# --- outputs a debugger cannot describe, NaN in pages, folders that cannot be written ---
 import math, os, shutil, tempfile
 from pathlib import Path
 import torch.nn.functional as F
@@ -98,7 +98,8 @@ def test_all_nan_output_is_reported_and_written_as_strict_json(cls, tmp_path):
     stats = res.get('stats') or res.get('activation_stats')
     if stats is not None:
         assert stats['nonfinite'] == 96 and math.isnan(stats['mean']) and 'all 96 values are NaN or Inf' in stats['warning']
-    with SequentialDebugger(100, [{'name': 'd', 'debugger_config': {'class': cls, 'args': {'layer_name': '0'}}}], path=tmp_path) as sd:
+        assert stats['findings'] == judge('0', nonfinite=96, total=96)
+    with SequentialDebugger(100, [{'name': 'd', 'debugger_config': {'class': cls, 'args': {'layer': '0'}}}], path=tmp_path) as sd:
         sd({'inputs': None}, model)
     for name in ['index.json'] + [p['json'] for p in read_index(tmp_path)['pages']]:
         json.loads((tmp_path/name).read_text(), parse_constant=no_constants)
@@ -110,7 +111,7 @@ def test_all_nan_output_is_reported_and_written_as_strict_json(cls, tmp_path):
 def test_nan_in_lists_round_trips(tmp_path):
     x = torch.randn(2, 3, 4, 4); x[:, 1] = math.nan; x[0, 0, 0, 0] = -math.inf
     model = nn.Sequential(Const(x))
-    with SequentialDebugger(100, [{'name': 's', 'debugger_config': {'class': ActivationStatsDebugger, 'args': {'layer_name': '0'}}}], path=tmp_path) as sd:
+    with SequentialDebugger(100, [{'name': 's', 'debugger_config': {'class': ActivationStatsDebugger, 'args': {'layer': '0'}}}], path=tmp_path) as sd:
         res = sd({'inputs': None}, model)
     page = json.loads((tmp_path/'page_00000.json').read_text(), parse_constant=no_constants)
     written = page['records'][0]['results']['s']
@@ -167,8 +168,8 @@ def test_debugcb_cleanup_removes_hooks_before_it_writes(tmp_path):
     sd.flush = flush
     class Break(Callback):
         order = DebugCB.order + 1
-        def after_predict(self):
-            if self.learn.iter == 0: (tmp_path/'pages').rmdir(); (tmp_path/'pages').write_text('not a folder')
+        def after_predict(self, learn):
+            if learn.iter == 0: (tmp_path/'pages').rmdir(); (tmp_path/'pages').write_text('not a folder')
     with pytest.raises(OSError, match=f"folder '{tmp_path/'pages'}'.*2 records are still buffered"):
         Learner(model, toy_dls(), F.cross_entropy, cbs=[TrainCB(), DebugCB(sd, batches=(0, 1)), Break()]).fit(1)
     assert hooks_at_flush == [0] and n_hooks(model) == 0 and len(sd.buffer) == 2
@@ -190,7 +191,7 @@ def test_debugcb_read_only_folder_as_another_user():
                 "model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())\n"
                 "ds = list(zip(torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))))\n"
                 "dls = DataLoaders(torch.utils.data.DataLoader(ds, 4), torch.utils.data.DataLoader(ds, 4))\n"
-                "sd = SequentialDebugger(100, [{'name': 'f', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer_name': '0'}}}], path=sys.argv[1])\n"
+                "sd = SequentialDebugger(100, [{'name': 'f', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer': '0'}}}], path=sys.argv[1])\n"
                 "try: Learner(model, dls, F.cross_entropy, cbs=[TrainCB(), DebugCB(sd)]).fit(1)\n"
                 "except PermissionError as e: print('ERROR', e)\n"
                 "print('HOOKS', sum(len(m._forward_hooks) for m in model.modules()))\n")
@@ -203,27 +204,68 @@ def test_debugcb_read_only_folder_as_another_user():
         assert 'HOOKS 0' in res.stdout and os.listdir(folder) == []
     finally: shutil.rmtree(base)
 
-# --- one vocabulary (issue #13): layers picked by `select_modules`, `every_epoch` for epochs, `on_valid` (alias `on_val`)
-import warnings
+# --- one vocabulary: `layer` picked by `select_modules`, the document's `layer_name`/`target_layer` as other names, `every_epoch` for epochs
+import inspect, warnings
 from miniai.hooks import LayerNotFoundError as HooksLayerNotFoundError
 
-def test_find_module_is_select_modules_by_name():
+def test_find_module_is_select_modules_by_name_or_class():
     model = toy()
     assert find_module(model, '1.0') is model[1][0] and dbg.LayerNotFoundError is HooksLayerNotFoundError
+    assert find_module(model, 'Linear') is model[4] and find_module(model, '') is model      # the class of one layer; the model itself
     with pytest.raises(LayerNotFoundError, match=r"target_layer: '1\.00' is neither a layer name nor a class name.*closest layer names: '1\.0'"):
         find_module(model, '1.00', arg='target_layer')
-    with pytest.raises(LayerNotFoundError, match=r"'Conv2d' is a class name, not a layer name.*\['0\.0', '1\.0'\]"): find_module(model, 'Conv2d')
-    with pytest.raises(TypeError, match='layer_name must be a layer name'): find_module(model, model[1])
+    with pytest.raises(LayerNotFoundError, match=r"layer: 'Conv2d' is the class of 2 layers, \['0\.0', '1\.0'\]; a debugger watches one"):
+        find_module(model, 'Conv2d')
+    with pytest.raises(TypeError, match='layer must be a layer name'): find_module(model, model[1])
     with FeatureMapDebugger('1.0').attach(model) as d: assert d.hook.name == '1.0'
     assert not any(hasattr(m, '_hook_name') for m in model.modules())
 
-def test_debugcb_every_epoch_and_its_old_name():
+ONE_LAYER = [FeatureMapDebugger, AttentionDebugger, ActivationStatsDebugger, LayerOutputDebugger, GradCAMDebugger]
+
+@pytest.mark.parametrize('cls', ONE_LAYER, ids=lambda c: c.__name__)
+@pytest.mark.parametrize('other', ['layer_name', 'target_layer'])
+def test_layer_takes_the_documents_names(cls, other):
+    "`layer_name`/`target_layer` work as keywords and as attributes, read and written; the signature shows only `layer`."
+    d = cls(**{other: '1'})
+    assert d.layer == '1' and getattr(d, other) == '1' and repr(d).startswith(f"{cls.__name__}('1'")
+    setattr(d, other, '1.0')
+    assert d.layer == '1.0'
+    params = list(inspect.signature(cls).parameters)
+    assert params[0] == 'layer' and 'layer_name' not in params and 'target_layer' not in params
+    with pytest.raises(TypeError, match=f'`{other}` is another name for `layer`'): cls(layer='1', **{other: '1'})
+
+def test_documents_config_and_subclass_names():
+    "A config with the document's argument names, and a subclass that reads `self.layer_name` as the document's examples do."
+    class Named(dbg.ForwardDebugger):
+        def process_forward(self, module, input, output): return {'layer_name': self.layer_name, 'shape': list(output.shape)}
+    sd = SequentialDebugger(100, [{'name': 'n', 'debugger_config': {'class': Named, 'args': {'layer_name': '1'}}},
+                                  {'name': 'fm', 'debugger_config': {'class': 'FeatureMapDebugger', 'args': {'layer_name': '1'}}},
+                                  {'name': 'cam', 'debugger_config': {'class': 'GradCAMDebugger', 'args': {'target_layer': '1'}}}])
+    res = sd({'inputs': torch.randn(2, 1, 8, 8)}, toy())
+    assert res['n'] == {'layer_name': '1', 'shape': [2, 8, 4, 4]}
+    assert res['fm']['layer_name'] == '1' and res['cam']['target_layer'] == '1'      # the results keep the document's keys
+
+def test_base_debugger_defines_collect_or_call():
+    class Nothing(dbg.BaseDebugger): pass
+    with pytest.raises(NotImplementedError, match='Nothing must define `collect` or `__call__`'): Nothing()({'inputs': None}, toy())
+    class Called(dbg.BaseDebugger):      # the document's pattern: a `__call__` returning host results
+        def __call__(self, datapoint, model): return {'n': int(datapoint['inputs'].shape[0])}
+    sd = SequentialDebugger(100, [{'name': 'c', 'debugger_config': {'class': Called}}])
+    assert sd({'inputs': torch.randn(3, 1, 8, 8)}, toy()) == {'c': {'n': 3}}
+
+def test_small_map_is_kept_unpooled_with_a_finding():
+    res = LayerOutputDebugger('0', downsample_factor=4)({'inputs': None}, nn.Sequential(Const(torch.ones(2, 3, 2, 2))))
+    assert res['output'].shape == (2, 3, 2, 2)
+    [f] = res['findings']
+    assert (f['layer'], f['issue'], f['measure'], f['threshold']) == ('0', 'not pooled', 'downsample_factor', 4)
+    assert 'smaller than downsample_factor=4' in res['warning']
+
+def test_debugcb_counts_epochs_with_every_epoch():
     sd = SequentialDebugger(100, CONFIG)
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         assert DebugCB(sd, every_epoch=3).every_epoch == 3 and DebugCB(sd, 3).every_epoch == 3
-    with pytest.warns(DeprecationWarning, match='every_epoch'): cb = DebugCB(sd, every=2)
-    assert cb.every_epoch == 2
+    with pytest.raises(TypeError, match="'every'"): DebugCB(sd, every=2)      # in miniai `every` counts batches
     assert DebugCB(sd, on_val=True).on_valid is True and DebugCB(sd, on_valid=True).on_val is True
     assert DebugCB.from_config({'checkpoint_method': 4, 'debugger': {'class': 'SequentialDebugger', 'args': {'debuggers_config': CONFIG}}}).every_epoch == 4
     with pytest.raises(ValueError, match='every_epoch'): DebugCB(sd, every_epoch=0)

@@ -2,7 +2,7 @@
 import subprocess, sys
 import numpy as np
 from pathlib import Path
-from _torchrun import run_two_ranks, torchrun_env, REPO
+from _torchrun import run_two_ranks, torchrun_env
 from miniai.kernel import FIELDS
 
 HERE = Path(__file__).parent

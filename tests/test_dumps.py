@@ -1,5 +1,6 @@
-"""miniai.dumps across processes: two ranks under torchrun (gloo, CPU) write one folder each, and the
-installed `miniai-compare` command writes one CSV per rank; bad arguments exit 2."""
+"""miniai.dumps and miniai.compare across processes: two ranks under torchrun (gloo, CPU) write one folder each, and the
+installed `miniai-compare` command writes one CSV per rank; bad arguments exit 2; scripts that end without removing
+their hook; what `import miniai.compare` loads."""
 import csv, os, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
@@ -34,7 +35,7 @@ SCRIPT = textwrap.dedent('''
 
 def compare_cmd():
     exe = BIN/'miniai-compare'
-    return [str(exe)] if exe.exists() else [sys.executable, '-m', 'miniai.dumps']
+    return [str(exe)] if exe.exists() else [sys.executable, '-m', 'miniai.compare']
 
 def run_two_ranks(tmp_path, run_a, run_b):
     script = tmp_path/'dump_run.py'
@@ -103,7 +104,7 @@ def run_script(tmp_path, body):
                           env={**os.environ, 'OMP_NUM_THREADS': '1'})
 
 def test_removed_hook_is_not_flushed_at_exit(tmp_path):
-    "A hook removed by hand whose folder is then deleted: nothing happens at exit (it used to flush again and print a traceback)."
+    "A hook removed by hand whose folder is then deleted: nothing happens at exit (no second flush, no traceback)."
     res = run_script(tmp_path, '''
         import sys, shutil, torch
         from torch import nn
@@ -130,7 +131,7 @@ def test_unremoved_hook_with_folder_gone_is_one_line(tmp_path):
     assert 'could not write everything at exit' in res.stderr
 
 def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
-    "A 200-character layer name is saved (it used to fail at close with a temporary name over 255 bytes); a second registration replaces the first, with a warning, and the first hook's files are all on disk."
+    "A 200-character layer name is saved (its temporary name stays under 255 bytes too); a second registration replaces the first, with a warning, and the first hook's files are all on disk."
     res = run_script(tmp_path, '''
         import sys, warnings, torch
         from pathlib import Path
@@ -145,7 +146,7 @@ def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
             model = register_saving_hook(model, Path(sys.argv[1])/'second', 'Linear', -1, -1)
         print(len(caught), caught[0].message)
         model(torch.randn(8, 4)).sum().backward()
-        model.saving_hook.close()
+        model.saving_hook.remove()
     ''')
     assert res.returncode == 0 and res.stdout.startswith('1 register_saving_hook: this model already had a saving hook'), res.stdout + res.stderr
     for run in ('first', 'second'):
@@ -155,26 +156,42 @@ def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
         assert all(len(p.name.encode()) <= 200 for p in folder.rglob('*.npy'))
         assert not list(folder.rglob('*.tmp'))
 
-# --- issue 13: layers through hooks.select_modules, the shared basics, the direct write of new files ---------------
+# --- layers through hooks.select_modules, the shared basics, the direct write of new files ----------------------------
 
-def test_target_class_names_typo_gives_close_match(tmp_path):
-    "`target_class_names` stays the keyword; a typo is a LayerNotFoundError (and a ValueError) naming the close match, and creates nothing."
-    import torch
+@pytest.mark.parametrize('keyword', ['layers', 'target_class_names'])
+def test_layer_name_typo_gives_close_match(tmp_path, keyword):
+    "`layers=` and its other name `target_class_names=`: a typo is a LayerNotFoundError (and a ValueError) naming the close match, and creates nothing."
     from torch import nn
     from miniai.dumps import register_hook, register_saving_hook
     from miniai.hooks import LayerNotFoundError
     model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(3))
     for register in (register_hook, register_saving_hook):
         with pytest.raises(LayerNotFoundError, match="closest class names: 'Conv2d'") as e:
-            register(model, path=tmp_path/'d', target_class_names=['Conv2D'])
+            register(model, path=tmp_path/'d', **{keyword: ['Conv2D']})
         assert isinstance(e.value, ValueError) and 'match no module' in str(e.value)
     assert not (tmp_path/'d').exists() and not hasattr(model, 'saving_hook')
+
+def test_default_layers_are_leaves_with_parameters(tmp_path):
+    "`layers=None` is `default_layers`: every leaf module that holds parameters, frozen ones included (their outputs; only trainable parameters have gradients)."
+    import torch
+    from torch import nn
+    from miniai.dumps import register_saving_hook
+    from miniai.compare import dump_index
+    model = nn.Sequential(nn.Embedding(5, 4), nn.LayerNorm(4), nn.ReLU(), nn.Sequential(nn.Linear(4, 2)))
+    model[1].requires_grad_(False)
+    model = register_saving_hook(model, tmp_path, max_saved_tensors=-1, max_saved_grads=-1)
+    assert [h.name for h in model.saving_hook.hooks] == ['0', '1', '3.0'] and model.saving_hook.layers is None
+    model(torch.tensor([[1, 2]])).sum().backward()
+    model.saving_hook.remove()
+    assert {v['layer_name'] for v in dump_index(tmp_path/'tensors'/'rank_0').values()} == {'0', '1', '3.0'}
+    assert {v['layer_name'] for v in dump_index(tmp_path/'grads'/'rank_0').values()} == {'0.weight', '3.0.weight', '3.0.bias'}
 
 def test_hooks_named_from_named_modules_and_modules_untouched(tmp_path):
     "Hooks carry the qualified names; the user's modules get no attribute (only the documented `model.saving_hook`)."
     import torch
     from torch import nn
-    from miniai.dumps import register_saving_hook, dump_index
+    from miniai.dumps import register_saving_hook
+    from miniai.compare import dump_index
     inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
     model = nn.Sequential(inner)
     before = {n: set(vars(m)) for n, m in model.named_modules()}
@@ -203,13 +220,16 @@ def test_save_npy_new_file_and_replace(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['a.npy', 'link.npy', 'outside.npy', 'ref.npy']
 
 def test_compare_startup_stays_light():
-    "Importing miniai.dumps (what `miniai-compare` does) loads neither the learner nor the hooks."
-    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.dumps; print(sorted(m for m in sys.modules if m.startswith("miniai")))'],
+    "Importing miniai.compare (what `miniai-compare` does) loads miniai's core and kernel only: not the saving hook, the learner, the hooks, the datasets or the progress bar."
+    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.compare; print(sorted(m for m in sys.modules if m.startswith("miniai")))'],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert 'miniai.learner' not in res.stdout and 'miniai.hooks' not in res.stdout, res.stdout
+    assert res.stdout.strip() == "['miniai', 'miniai.compare', 'miniai.core', 'miniai.kernel']", res.stdout
+    code = 'import sys, miniai.compare; print([m for m in ("torchvision", "datasets", "fastprogress", "matplotlib") if m in sys.modules])'
+    res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == '[]', res.stdout + res.stderr
 
 def test_compare_startup_does_not_compile_the_kernel():
-    "Importing miniai.dumps loads the statistics kernel's Python module only: numba is imported (and the loops compiled or loaded) at the first comparison."
-    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.dumps; print("numba" in sys.modules)'], capture_output=True, text=True, timeout=120)
+    "Importing miniai.compare loads the statistics kernel's Python module only: numba is imported (and the loops compiled or loaded) at the first comparison."
+    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.compare; print("numba" in sys.modules)'], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and res.stdout.strip() == 'False', res.stdout + res.stderr

@@ -223,13 +223,13 @@ def test_hooks_on_the_device_path_never_sync():
     from miniai.statistics import StatisticsConfig, ActivationStatisticsHook
     class Stop(Callback):
         order = 10
-        def after_batch(self):
-            if self.learn.iter == 20: raise CancelFitException()
+        def after_batch(self, learn):
+            if learn.iter == 20: raise CancelFitException()
     def run(fused):
         set_seed(0)
         model = baseline_cnn()
         hook = ActivationStatisticsHook(StatisticsConfig(collect_input=False))
-        with hook.attach(model, filter=nn.Conv2d), fused_kernel(fused), count_syncs() as cs:
+        with hook.attach(model, layers=nn.Conv2d), fused_kernel(fused), count_syncs() as cs:
             Learner(model, fashion_dls(256), F.cross_entropy, lr=0.1, cbs=[TrainCB(), Stop(), ActivationStats(nn.Conv2d)]).fit(1, valid=False)
         return cs.n
     assert run(False) == run(True) == 3   # the DataLoader's sampler reads 3 host values per epoch; the hooks none
@@ -244,7 +244,7 @@ class Emit(torch.nn.Module):
 def test_diagnose_reads_every_value(fused):
     "Lesson 10's table on structured layers: a dead layer whose tail is alive, a NaN column, and an exploding outlier at the last index (the torch path too)."
     from miniai.activations import ActivationStats, get_min, main_recorder
-    from miniai.learner import Learner
+    from miniai.learner import Learner, run_cbs
     g = torch.Generator().manual_seed(3)
     dead = torch.zeros(300_000); dead[243_000:] = torch.randn(57_000, generator=g) + 5; dead[-1] = math.nan
     nancol = torch.randn(5000, 4, generator=g) + 5; nancol[:, 0] = math.nan
@@ -252,12 +252,12 @@ def test_diagnose_reads_every_value(fused):
     net = torch.nn.ModuleDict(dict(dead=Emit(dead), nancol=Emit(nancol), boom=Emit(boom)))
     a = ActivationStats(layers=list(net.values()))
     learn = Learner(net, [[(torch.zeros(1),)]], cbs=[a]); learn.model = net   # drive the hooks by hand
-    a.learn = learn; a.before_fit()
+    run_cbs([a], 'before_fit', learn)
     for h, name in zip(a.hooks, net): h.name = name
     with fused_kernel(fused), count_syncs() as cs:
         for _ in range(3):
-            a.before_batch(); [m(None) for m in net.values()]; a.after_batch()
-    a.cleanup_fit()
+            run_cbs([a], 'before_batch', learn); [m(None) for m in net.values()]; run_cbs([a], 'after_batch', learn)
+    run_cbs([a], 'cleanup_fit', learn)
     assert cs.n == 0
     rows = {r['layer']: r for r in a.diagnose()}
     fin = dead[dead.isfinite()].double()

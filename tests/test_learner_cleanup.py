@@ -1,5 +1,5 @@
 """The Learner's cleanup stage when something fails: every callback's cleanup runs, no hook stays on the model,
-the model can be freed, and the error the user sees is the right one (issue #11, item 4).
+the model can be freed, and the error the user sees is the right one.
 Real FashionMNIST images, lesson 10's baseline CNN and lesson 10's `ActivationStats`."""
 import gc, weakref
 from pathlib import Path
@@ -26,12 +26,12 @@ class SaveCB(Callback):
     "Saves its results at the end of fit, to a place that cannot be written: a real `OSError`."
     order = -1                       # runs before ActivationStats' cleanup
     fn = Path('/proc/miniai-no-such-folder/results.json')
-    def cleanup_fit(self): self.fn.write_text('{}')
+    def cleanup_fit(self, learn): self.fn.write_text('{}')
 
 class BoomCB(Callback):
     def __init__(self, exc, at=2): self.exc, self.at = exc, at
-    def after_batch(self):
-        if self.learn.iter == self.at: raise self.exc
+    def after_batch(self, learn):
+        if learn.iter == self.at: raise self.exc
 
 def hooks_left(model): return [name for name, m in model.named_modules() if m._forward_hooks or m._backward_hooks]
 
@@ -87,10 +87,10 @@ def test_cleanup_batch_runs_for_all(dls):
     "A per-batch cleanup that fails does not keep a later callback from detaching its per-batch hook."
     class AttachPerBatch(Callback):
         order = 1
-        def before_batch(self): self.h = self.learn.model[0].register_forward_hook(lambda *a: None)
-        def cleanup_batch(self): self.h.remove()
+        def before_batch(self, learn): self.h = learn.model[0].register_forward_hook(lambda *a: None)
+        def cleanup_batch(self, learn): self.h.remove()
     class FailBatchCleanup(Callback):
-        def cleanup_batch(self): raise ValueError('cleanup_batch failed')
+        def cleanup_batch(self, learn): raise ValueError('cleanup_batch failed')
     model = baseline_cnn()
     learn = Learner(model, dls, loss_func=F.cross_entropy, cbs=[TrainCB(), FailBatchCleanup(), AttachPerBatch()])
     with pytest.raises(ValueError, match='cleanup_batch failed'): learn.fit(1)

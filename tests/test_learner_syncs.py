@@ -1,4 +1,4 @@
-"""The Learner's metrics and progress callbacks read at most one value from the device per batch (issue 2).
+"""The Learner's metrics and progress callbacks read at most one value from the device per batch.
 
 Counted with miniai.kernel.count_syncs (scalar reads, .cpu(), .tolist(), .numpy()) over real training
 batches of the baseline CNN on FashionMNIST. The DataLoader's sampler itself reads 3 host-side values per epoch."""
@@ -12,8 +12,8 @@ N = 6
 
 class StopAfter(Callback):
     order = 10   # after every other callback's after_batch
-    def after_batch(self):
-        if self.learn.iter == N - 1: raise CancelFitException()
+    def after_batch(self, learn):
+        if learn.iter == N - 1: raise CancelFitException()
 
 def syncs(extra):
     set_seed(0)

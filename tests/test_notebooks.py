@@ -1,5 +1,5 @@
 """Every notebook in nbs/ is a test: it runs top to bottom, and a failing cell fails the test, named."""
-import os, re, time
+import re
 from pathlib import Path
 import pytest
 from execnb.shell import CaptureShell

@@ -1,9 +1,7 @@
 """Two gloo ranks under torchrun, each seeing half the batches, merge (all_reduce) into exactly what one process computes
 (with `exact=True`), or, sampling (the default), into the same counts, ranges and zeros, means and stds to 1e-12, and
 percentiles whose bounds overlap."""
-import json, os, subprocess, sys, textwrap
-from pathlib import Path
-import pytest
+import json, subprocess, sys, textwrap
 from _torchrun import run_two_ranks, torchrun_env
 
 
@@ -19,7 +17,7 @@ WORKER = textwrap.dedent('''
         cfg = StatisticsConfig(collect_percentiles=[1, 25, 50, 75, 99, 99.9], collect_sparsity=True,
                                collect_histogram=True, histogram_bins=20, max_samples=400, exact=EXACT)
         hook = ActivationStatisticsHook(cfg)
-        with hook.attach(model, filter=lambda m: not isinstance(m, nn.Sequential)), torch.no_grad():
+        with hook.attach(model, lambda m: not isinstance(m, nn.Sequential)), torch.no_grad():
             for i, xb in batches:
                 model(xb)
                 hook.update_statistics('small', None, xb[0, 0, 0, :10])          # exact percentiles (max_samples)

@@ -1,4 +1,4 @@
-"""Statistics at the edges (issue #11): bad inputs never crash, every file is strict JSON, and random data
+"""Statistics at the edges: bad inputs never crash, every file is strict JSON, and random data
 mixing huge, tiny, subnormal, NaN and Inf values gives the same numbers batch by batch, in one batch, and
 merged, equal to numpy's float64 references (exactly for counts, min/max, zeros and sketch buckets)."""
 import json, math, types, warnings
@@ -8,8 +8,10 @@ import torch.nn.functional as F
 from hypothesis import given, settings, HealthCheck, strategies as st
 
 from miniai.learner import Learner, TrainCB
-from miniai.statistics import (StatisticsConfig, StatisticsCollector, ActivationStatisticsHook, StatisticsCB,
-                               check_statistics, QuantileSketch, SKETCH_ALPHA)
+from miniai.sketch import QuantileSketch, SKETCH_ALPHA
+from miniai.findings import THRESHOLDS
+from miniai.statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook
+from miniai.monitoring import StatisticsCB, check_statistics
 
 
 def _raise(c): raise ValueError(f'not strict JSON: {c}')
@@ -48,11 +50,11 @@ def test_constant_streams(value, dtype, max_samples, tmp_path):
 
 
 def test_constant_stream_in_a_fit_does_not_crash():
-    "The bug of issue #11: a constant output in [64, 16384) with collect_histogram crashed StatisticsCB's check."
+    "A constant output of a size in [64, 16384), with collect_histogram: StatisticsCB's check reads it (a zero-width histogram)."
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
     with torch.no_grad(): model[0].weight.zero_(); model[0].bias.fill_(100.)
     data = [(torch.randn(5, 4), torch.randn(5, 3)) for _ in range(3)]
-    cb = StatisticsCB(StatisticsConfig(collect_histogram=True, collect_input=False), mods=[model[0]])
+    cb = StatisticsCB(StatisticsConfig(collect_histogram=True, collect_input=False), layers=[model[0]])
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         Learner(model, types.SimpleNamespace(train=data, valid=data), F.mse_loss, lr=0., cbs=[TrainCB(), cb]).fit(1)
@@ -120,7 +122,7 @@ def test_unusable_outputs_are_skipped_in_a_fit():
             return self.lin(x)
     model = Model()
     data = [(torch.randn(5, 4), torch.randn(5, 3)) for _ in range(2)]
-    cb = StatisticsCB(StatisticsConfig(collect_histogram=True), mods=[model.lin, model.none, model.ints, model.cplx, model.empty])
+    cb = StatisticsCB(StatisticsConfig(collect_histogram=True), layers=[model.lin, model.none, model.ints, model.cplx, model.empty])
     Learner(model, types.SimpleNamespace(train=data, valid=data), F.mse_loss, lr=0.1, cbs=[TrainCB(), cb]).fit(1)
     sk = cb.stats.skipped
     assert sk['none.output'] == 'output holds no tensor (NoneType)'
@@ -137,19 +139,86 @@ def test_unusable_outputs_are_skipped_in_a_fit():
 
 @pytest.mark.parametrize('field,value', [('max_memory_mb', -1.), ('max_memory_mb', math.nan), ('max_memory_mb', math.inf),
                                          ('max_samples', -5), ('histogram_bins', 0), ('histogram_bins', 2.5),
-                                         ('update_frequency', 0), ('collect_percentiles', [math.nan])])
+                                         ('every', 0), ('update_frequency', 0), ('collect_percentiles', [math.nan])])
 def test_config_rejects_bad_numbers(field, value):
     with pytest.raises(ValueError, match=field): StatisticsConfig(**{field: value})
 
 
-@pytest.mark.parametrize('kw', [dict(sparsity_threshold=-0.1), dict(sparsity_threshold=1.5), dict(std_threshold=math.nan),
-                                dict(range_threshold=-1), dict(skew_factor=math.inf)])
-def test_thresholds_rejected(kw):
+@pytest.mark.parametrize('kw', [dict(sparse=-0.1), dict(sparse=1.5), dict(vanishing_std=math.nan), dict(exploding_std=math.inf)])
+def test_bad_threshold_fields_are_refused(kw):
+    "A threshold given as a keyword is a field of `Thresholds`, checked when the check or the callback is built."
     name = list(kw)[0]
     with pytest.raises(ValueError, match=name): check_statistics({}, **kw)
-    if name in ('sparsity_threshold', 'std_threshold'):
-        with pytest.raises(ValueError, match=name): StatisticsCB(**kw)
+    with pytest.raises(ValueError, match=name): StatisticsCB(**kw)
+
+
+@pytest.mark.parametrize('kw', [dict(range_threshold=-1), dict(skew_factor=math.inf), dict(range_threshold=math.nan)])
+def test_bad_optional_limits_are_refused(kw):
+    with pytest.raises(ValueError, match=list(kw)[0]): check_statistics({}, **kw)
+
+
+def test_unknown_threshold_names_and_bad_arguments_are_refused():
+    for f in (lambda: check_statistics({}, sparsity_threshold=0.5), lambda: StatisticsCB(std_threshold=0.01)):
+        with pytest.raises(TypeError, match='Thresholds has no'): f()
+    with pytest.raises(TypeError, match='must be a Thresholds'): check_statistics({}, thresholds=dict(sparse=0.5))
     with pytest.raises(ValueError, match='check_every'): StatisticsCB(check_every=0)
+    with pytest.raises(ValueError, match='every'): StatisticsCB(every=0)
+    with pytest.raises(TypeError, match='config'): StatisticsCB(config=dict(collect_sparsity=True))
+
+
+def test_update_frequency_is_another_name_for_every(tmp_path):
+    "One field, `every`; the usual API's `update_frequency` sets and reads it; a state saved with both keys still loads."
+    from dataclasses import asdict
+    cfg = StatisticsConfig(update_frequency=3)
+    assert cfg == StatisticsConfig(every=3) and (cfg.every, cfg.update_frequency) == (3, 3)
+    assert 'update_frequency' not in asdict(cfg)
+    with pytest.raises(TypeError, match='another name for `every`'): StatisticsConfig(every=3, update_frequency=3)
+    c = StatisticsCollector(cfg)
+    for _ in range(7): c.update_statistics('m', None, torch.randn(10))
+    assert (c.get_statistics('m').calls, c.get_statistics('m').n_updates) == (7, 3)
+    sd = c.state_dict()
+    old = {**sd, 'config': {**sd['config'], 'update_frequency': 3}}        # as written when both were fields
+    assert StatisticsCollector().load_state_dict(old).state_dict() == sd
+
+
+def _dead_relu_fit(epochs=1, **kw):
+    "A fit of 10 training batches whose ReLU outputs only zeros (sparse, and vanishing: std 0), with `StatisticsCB(**kw)` on the ReLU."
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    with torch.no_grad(): model[0].weight.zero_(); model[0].bias.fill_(-1.)
+    data = [(torch.randn(5, 4), torch.randn(5, 3)) for _ in range(10)]
+    cb = StatisticsCB(layers=[model[1]], **kw)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter('always')
+        Learner(model, types.SimpleNamespace(train=data, valid=data[:2]), F.mse_loss, lr=0., cbs=[TrainCB(), cb]).fit(epochs)
+    return cb, w
+
+
+def test_statistics_cb_records_every_nth_batch_and_checks_every_n():
+    cb, w = _dead_relu_fit(every=3, check_every=4)
+    st = cb.stats.get_statistics('1')
+    assert (st.calls, st.n_updates, st.total_samples) == (4, 4, 20)                 # training batches 1, 4, 7, 10
+    assert sorted({a['iter'] for a in cb.alerts}) == [3, 7, 9]                      # after batches 4 and 8, and the epoch
+    assert {(a['layer'], a['issue']) for a in cb.alerts} == {('1', 'vanishing'), ('1', 'sparse')}
+    assert [str(o.message) for o in w] == ['1 is vanishing: its std 0 is below 0.2', '1 is sparse: 100.0% of its values are exactly 0 (> 90%)']
+    assert cb.alerts[0]['message'] == '1 is vanishing: its std 0 is below 0.2'
+
+
+def test_statistics_cb_thresholds_and_per_epoch():
+    cb, w = _dead_relu_fit(epochs=2, per_epoch=True, sparse=None, vanishing_std=None)
+    assert cb.alerts == [] and w == [] and cb.thresholds == THRESHOLDS.but(sparse=None, vanishing_std=None)
+    assert len(cb.history) == 2 and [h['1'].n_updates for h in cb.history] == [10, 10]
+    cb, w = _dead_relu_fit(check_every=None)
+    assert {a['iter'] for a in cb.alerts} == {9}                                     # only after the epoch
+
+
+def test_check_statistics_judges_nan_and_inf_with_the_shared_findings():
+    c = StatisticsCollector(StatisticsConfig(collect_sparsity=True))
+    c.update_statistics('some', None, torch.tensor([1., math.nan, -1., math.inf, 2., 0.5]))
+    c.update_statistics('none', None, torch.full((8,), math.nan))
+    c.update_statistics('fine', None, torch.randn(1000, generator=torch.Generator().manual_seed(0)))
+    found = check_statistics(c)
+    assert [(f['layer'], f['issue'], f['value'], f['total']) for f in found] == [('some', 'nonfinite values', 2, 6), ('none', 'no finite values', 8, 8)]
+    assert check_statistics(c.get_all_statistics()) == found
 
 
 def test_merge_refuses_different_configs():
@@ -322,7 +391,6 @@ def test_all_reduce_refuses_different_configs(tmp_path):
 # ----- structured inputs against numpy float64: everything but the percentiles and the histogram is exact, however
 # the NaN fall, however large the batch (sampled for the sketch or not), with the compiled loops and with the torch ops
 
-import contextlib
 import miniai.kernel
 from miniai.kernel import FIELDS
 

@@ -1,11 +1,11 @@
-"""Issue 21, trust at the edges round two: folders used twice, files that are not files, runs that end early, bad arguments."""
+"""Trust at the edges: folders used twice, files that are not files, runs that end early, bad arguments."""
 import contextlib, io, json, os, sys
 from pathlib import Path
 import numpy as np, pytest, torch
 from torch import nn
 
 def _gate(a, b, *flags):
-    from miniai.dumps import compare_main
+    from miniai.compare import compare_main
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         try: compare_main(['--pathA', str(a), '--pathB', str(b), '--no-progress', *flags]); code = None
@@ -43,7 +43,7 @@ def test_compare_fails_on_unlisted_files(tmp_path):
 
 @pytest.mark.parametrize('kind', ['fifo', 'symlink', 'nested', 'notflat', 'garbage'])
 def test_bad_index_json(tmp_path, kind):
-    from miniai.dumps import dump_index, DumpIndexError
+    from miniai.compare import dump_index, DumpIndexError
     _run(tmp_path/'A', 1); _run(tmp_path/'B', 1)
     fn = tmp_path/'A'/'tensors'/'rank_0'/'index.json'
     fn.unlink()

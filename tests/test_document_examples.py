@@ -1,10 +1,11 @@
-"""The reference designs' examples, run as they are written (only their import lines point at miniai).
+"""The source documents' examples, run as they are written (only their import lines point at miniai).
 
-Seed 004 (debuggers): each example debugger is defined here exactly as the document writes it, on top of miniai's
+The debuggers' document: each example debugger is defined here exactly as the document writes it, on top of miniai's
 `ForwardDebugger`/`BaseDebugger`; each test runs it and checks the fields and types the document shows, and that
 miniai's built-in debugger of the same name returns the same fields with the same types (and the same values where
 the document's computation is deterministic). The configuration example runs with the document's classes and with
-miniai's. Seed 000: the debug-mode example (collection status of a statistics hook).
+miniai's. The statistics document: every example, and the debug-mode one (a statistics hook's collection status).
+The saving hook's document: registering, the files it writes, and the checker that compares two runs.
 """
 import json, math
 from collections import OrderedDict
@@ -16,7 +17,7 @@ from miniai.datasets import DataLoaders
 from miniai.learner import Learner, TrainCB
 
 # ---------------------------------------------------------------------------------------------------------------
-# Seed 004, example 1: FeatureMapDebugger (imports adapted)
+# The debuggers' document, example 1: FeatureMapDebugger (imports adapted)
 from typing import Any, Dict
 import torch
 from miniai.debuggers import ForwardDebugger
@@ -40,7 +41,7 @@ class FeatureMapDebugger(ForwardDebugger):
             }
         return {'error': 'Output is not a tensor'}
 
-# Seed 004, example 2: AttentionDebugger (imports adapted)
+# The debuggers' document, example 2: AttentionDebugger (imports adapted)
 from typing import Any, Dict
 import torch
 from miniai.debuggers import ForwardDebugger
@@ -68,7 +69,7 @@ class AttentionDebugger(ForwardDebugger):
             }
         return {'error': 'Output is not a tensor'}
 
-# Seed 004, example 3: ActivationStatsDebugger (imports adapted)
+# The debuggers' document, example 3: ActivationStatsDebugger (imports adapted)
 from typing import Any, Dict
 import torch
 from miniai.debuggers import ForwardDebugger
@@ -110,7 +111,7 @@ class ActivationStatsDebugger(ForwardDebugger):
             }
         return {'error': 'Output is not a tensor'}
 
-# Seed 004, example 4: LayerOutputDebugger (imports adapted)
+# The debuggers' document, example 4: LayerOutputDebugger (imports adapted)
 from typing import Any, Dict
 import torch
 import torch.nn.functional as F
@@ -148,7 +149,7 @@ class LayerOutputDebugger(ForwardDebugger):
             }
         return {'error': 'Output is not a tensor'}
 
-# Seed 004, example 5: GradCAMDebugger (imports adapted)
+# The debuggers' document, example 5: GradCAMDebugger (imports adapted)
 from typing import Any, Dict
 import torch
 from miniai.debuggers import BaseDebugger
@@ -191,7 +192,7 @@ class GradCAMDebugger(BaseDebugger):
         else:
             return {'error': 'Model output is not a tensor'}
 
-# Seed 004, configuration example (imports adapted): the classes are the ones defined above
+# The debuggers' document, configuration example (imports adapted): the classes are the ones defined above
 from miniai.debuggers import SequentialDebugger
 
 def seed_config():
@@ -442,7 +443,7 @@ def test_config_example_in_training(make_config, net, tmp_path):
     assert sum(len(m._forward_hooks) for m in net.modules()) == 0
 
 # ---------------------------------------------------------------------------------------------------------------
-# Seed 000, "Debug Mode" (imports adapted), then the same after a forward pass
+# The statistics document, "Debug Mode" (imports adapted), then the same after a forward pass
 
 def test_statistics_debug_mode_example(capsys):
     from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
@@ -474,7 +475,7 @@ def test_statistics_debug_mode_example(capsys):
     assert len(stats_hook.get_all_statistics()) == 1
 
 # ---------------------------------------------------------------------------------------------------------------
-# Seed 000: every example, as written (only the imports point at miniai). `YourModel` is the smallest model the
+# The statistics document: every example, as written (only the imports point at miniai). `YourModel` is the smallest model the
 # document implies: it names `model.conv1` and the layers "conv1", "conv2", "fc1"; its loaders yield image batches.
 import warnings
 from miniai.statistics import ActivationStatisticsHook, StatisticsConfig, StatisticsCollector
@@ -502,13 +503,14 @@ def labelled_loader(n=48, bs=16):
 def strict_json(obj): return json.loads(json.dumps(obj, allow_nan=False), parse_constant=no_constants)
 
 def test_statistics_config_fields():
-    "The documented dataclass: fields, defaults and types."
+    "The documented dataclass: fields, defaults and types; `update_frequency` is the field miniai calls `every`, read and set by either name."
     from dataclasses import fields
     cfg = StatisticsConfig()
     expected = dict(collect_mean=True, collect_std=True, collect_min_max=True, collect_percentiles=[95, 99], collect_histogram=False,
                     histogram_bins=100, collect_sparsity=False, update_frequency=1, max_samples=1000, max_memory_mb=None)
     assert {k: getattr(cfg, k) for k in expected} == expected
-    assert list(expected) == [f.name for f in fields(StatisticsConfig)][:len(expected)]
+    assert [{'update_frequency': 'every'}.get(k, k) for k in expected] == [f.name for f in fields(StatisticsConfig)][:len(expected)]
+    assert StatisticsConfig(update_frequency=3).every == 3 and StatisticsConfig(every=3).update_frequency == 3
     assert StatisticsConfig().collect_percentiles is not cfg.collect_percentiles     # no shared mutable default
 
 def test_basic_usage_example(capsys):
@@ -794,10 +796,11 @@ def test_quantization_export_structure(percentile):
     assert {'min', 'max', 'percentiles'} <= set(entry) and list(entry['percentiles']) == [f'{percentile:g}']
 
 # ---------------------------------------------------------------------------------------------------------------
-# Seed 003: the saving hook and the checker. `LLama13B` becomes the smallest model with its layer classes
+# The saving hook's document: the saving hook and the checker. `LLama13B` becomes the smallest model with its layer classes
 # (embeddings, LayerNorm, Linear); `Trainer(model).train()` becomes one epoch of miniai's TrainLearner.
 import csv, inspect, os, re, subprocess, sys
 import miniai.dumps as mdumps
+import miniai.compare as mcompare
 from miniai.learner import TrainLearner
 from miniai.datasets import DataLoaders as _DataLoaders
 
@@ -851,12 +854,12 @@ def run_readme_example(lr=0.1):
     return model
 
 def test_register_hook_signature():
-    "`register_hook(model, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50, max_saved_grads=100)`."
+    "The document's `register_hook(model, path='./tmp_tensors', target_class_names=None, max_saved_tensors=50, max_saved_grads=100)`: the same positions and defaults, the third argument under miniai's name `layers`."
     from miniai.dumps import register_hook, register_saving_hook
     for fn in (register_hook, register_saving_hook):
         params = inspect.signature(fn).parameters
         assert [(k, params[k].default) for k in list(params)[:5]] == [
-            ('model', inspect.Parameter.empty), ('path', './tmp_tensors'), ('target_class_names', None),
+            ('model', inspect.Parameter.empty), ('path', './tmp_tensors'), ('layers', None),
             ('max_saved_tensors', 50), ('max_saved_grads', 100)]
 
 @pytest.mark.parametrize('register', ['register_hook', 'register_saving_hook'])
@@ -889,10 +892,10 @@ def test_readme_limits(tmp_path):
         assert (len(list((path/'tensors'/'rank_0').glob('*.npy'))), len(list((path/'grads'/'rank_0').glob('*.npy')))) == expected
 
 def test_target_class_names_none_default(tmp_path):
-    "None: every class of leaf module that owns trainable parameters."
+    "None: miniai's default layers, the leaf modules that hold parameters."
     from miniai.dumps import register_hook
     model = register_hook(LLama13B(), path=tmp_path)
-    assert model.saving_hook.target_class_names == ['Embedding', 'LayerNorm', 'Linear']
+    assert model.saving_hook.layers is None and [h.name for h in model.saving_hook.hooks] == ['embed', 'blocks.0.0', 'blocks.0.1', 'blocks.0.3', 'blocks.1.0', 'blocks.1.1', 'blocks.1.3', 'norm', 'head']
     with torch.no_grad(): model(torch.zeros(1, 4, dtype=torch.long))
     model.saving_hook.remove()
     assert len(list((tmp_path/'tensors'/'rank_0').glob('*.npy'))) == 1 + 2*3 + 1 + 1   # embed, 2 blocks x (norm + 2 linears), norm, head
@@ -906,7 +909,7 @@ def test_target_class_names_matching_nothing(tmp_path):
     assert "['ColumnSequenceParallelLinear', 'RowSequenceParallelLinear'] match no module" in msg
     assert 'Embedding, GELU, LayerNorm, Linear, ModuleList, Sequential, LLama13B' in msg or 'Embedding, GELU, LLama13B, LayerNorm' in msg
     assert not (tmp_path/'tensors').exists()                                  # nothing created
-    with pytest.raises(TypeError, match='class names, not modules'): register_hook(LLama13B(), path=tmp_path, target_class_names=[nn.LayerNorm])
+    with pytest.raises(TypeError, match='expected names, types or a function'): register_hook(LLama13B(), path=tmp_path, target_class_names=[nn.LayerNorm])
 
 def test_target_class_names_present_classes(tmp_path):
     "A model that has the tensor-parallel classes (stand-ins of that name) saves all three, without a warning."
@@ -926,7 +929,7 @@ def test_target_class_names_present_classes(tmp_path):
 
 def _checker(cwd, *args):
     "Step 2 as written, with miniai's module in place of hook_result_checker.py."
-    return subprocess.run([sys.executable, '-m', 'miniai.dumps', *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, '-m', 'miniai.compare', *args], cwd=cwd, capture_output=True, text=True,
                           env={**os.environ, 'PYTHONPATH': os.pathsep.join(sys.path)})
 
 def test_readme_step2_and_3_example(tmp_path, monkeypatch):
@@ -947,13 +950,13 @@ def test_readme_step2_and_3_example(tmp_path, monkeypatch):
             assert re.fullmatch(r'tensor_idx_\d+_layer_class_LayerNorm_.+\.npy', row[0])
             for cell in row[1:len(rows[0])]:
                 if cell not in ('float32',): float(cell)                     # every statistic is a number
-        parsed = mdumps.read_csv(out/'rank_0_rst.csv')
+        parsed = mcompare.read_csv(out/'rank_0_rst.csv')
         assert all(type(r[c]) is float for r in parsed for c in README_COLUMNS[1:])
         for r in parsed:
             assert r['varA'] == pytest.approx(r['stdA']**2, rel=1e-9) and r['meanA - meanB'] == pytest.approx(r['meanA'] - r['meanB'], abs=1e-12)
         step0 = [r for r in parsed if r['tensor_name'].endswith('micro_step_0.npy')]
         assert step0 and all(r['cosine similarity'] == 1.0 and r['meanA - meanB'] == 0.0 for r in step0)   # same weights, same data
-        assert mdumps.read_csv(out/'rank_0_uncompared.csv') == []
+        assert mcompare.read_csv(out/'rank_0_uncompared.csv') == []
 
 def test_readme_checker_intersection(tmp_path, monkeypatch):
     "Rule 1: only the intersection is compared; a tensor in one run only is reported separately, and fails the gate."
@@ -967,16 +970,16 @@ def test_readme_checker_intersection(tmp_path, monkeypatch):
     assert proc.returncode == 1 and f'FAIL tensors/rank_0/{extra.name}: only in A' in proc.stdout
     out = tmp_path/'tmp_tensors'/'tensors'/'compare_rst'
     assert extra.name not in (out/'rank_0_rst.csv').read_text()
-    assert mdumps.read_csv(out/'rank_0_uncompared.csv') == [{'tensor_name': extra.name, 'reason': 'only in A'}]
+    assert mcompare.read_csv(out/'rank_0_uncompared.csv') == [{'tensor_name': extra.name, 'reason': 'only in A'}]
     assert _checker(tmp_path, '--pathA', 'tmp_tensors', '--pathB', 'tmp_tensors_0', '--no-progress', '--allow-missing').returncode == 0
 
-@pytest.mark.xfail(raises=AttributeError, strict=False,
-                   reason="miniai's Learner, the document's Trainer, has no train() (it has fit) and needs dls and a loss function")
-def test_readme_trainer_with_miniai_learner(tmp_path):
+def test_saving_hook_under_miniai_learner(tmp_path):
+    "The document's `Trainer(model).train()` is miniai's `Learner(model, dls, loss_func).fit(1)`: the hooked model saves its LayerNorms' outputs and gradients."
     from miniai.dumps import register_saving_hook
-    from miniai.learner import Learner as Trainer
+    from miniai.learner import Learner, TrainCB
     model = register_saving_hook(LLama13B(), path=tmp_path, target_class_names=['LayerNorm'])
-    try:
-        trainer = Trainer(model)
-        trainer.train()
+    try: Learner(model, _token_dls(), _lm_loss, lr=0.1, cbs=[TrainCB()]).fit(1, valid=False)
     finally: model.saving_hook.remove()
+    for kind, n in [('tensors', 4*3), ('grads', 4*6)]:   # 4 batches x 3 LayerNorms; gradients: their outputs' and 2 parameters'
+        files = list((tmp_path/kind/'rank_0').glob('*layer_class_LayerNorm*.npy'))
+        assert len(files) == n, (kind, len(files))
