@@ -11,7 +11,7 @@ Two modes:
   --mode alternate  (default) the marginal cost per batch: in each training epoch the hooks record every other
                     batch only (the callback's on/off switch), every batch is timed from before_batch to after_batch
                     (data loading excluded), and each recorded batch is compared with the mean of its two unrecorded
-                    neighbours, 25 ms away, so that the VM's drifting speed cancels. Added time per batch = median
+                    neighbours, 25 ms away, so that a machine's drifting speed cancels. Added time per batch = median
                     of those differences plus the final read of the statistics spread over the recorded batches;
                     reported as a share of an unrecorded batch and, the goal's measure, of one whole epoch
                     (added time x training batches / median time of a no-hook epoch with validation, same run).
@@ -21,11 +21,11 @@ Two modes:
                     five `Recorder.record` calls, and one read of the same activations (`x.sum()`, the floor), each
                     the median of 20; the step as the median of 20.
                     Shares are (kernel time / training step time) per round, median over rounds: a load on the machine
-                    slows all three alike, which whole-epoch timings on this VM cannot separate.
+                    slows all three alike, which whole-epoch timings on a loaded machine cannot separate.
   --mode epoch      whole epochs (59 training batches + validation), each configuration once per round, in a new
                     random order each round;
                     the overhead is the median over rounds of (that round's time / that round's no-hook time).
-                    On this VM round-to-round noise is +-10%, too much to resolve a few percent.
+                    Round-to-round noise on a shared machine can be +-10%, too much to resolve a few percent.
 Usage: .venv/bin/python bench/bench_activations.py [--mode alternate --rounds 3 | --mode epoch --rounds 7]
 """
 import argparse, statistics, time, json, random

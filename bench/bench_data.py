@@ -3,7 +3,7 @@
   load_fast    one pass over fashion_dls(1024).train (miniai's tensor_dd batch path)
   load_course  one pass with the course's per-item transform (TF.to_tensor on each PIL image), 0 workers
   train        one training epoch of the baseline CNN on batches already in memory (no loading)
-Goal (issue 2): load_fast / train <= 15%.  Usage: .venv/bin/python bench/bench_data.py [--rounds 3] [--skip-course]
+Goal: load_fast / train <= 15%.  Usage: .venv/bin/python bench/bench_data.py [--rounds 3] [--skip-course]
 """
 import argparse, statistics, time
 import torch, torch.nn.functional as F

@@ -9,7 +9,7 @@
 Usage (repo root): .venv/bin/python bench/bench_dumps.py [--steps 30] [--bs 256] [--repeats 7] [--threads N] [--compare-mb 1024]
        [--compare-dtype float32|float64]
        --interleaved: with no spare core, one training run whose steps take turns (no saving / np.save / miniai), the
-       estimator that this VM's file-system noise leaves usable (see `bench_interleaved`)
+       estimator that file-system noise leaves usable (see `bench_interleaved`)
        --goals: both saving goals in one run (no spare core, interleaved; then a free core, whole runs)
 """
 import argparse, json, os, shutil, subprocess, sys, tempfile, time
@@ -130,7 +130,7 @@ def bench_saving(args, tmp, limits=(-1, -1)):
     return d_seed, d_all
 
 def create_cost(folder, n=40):
-    "Microseconds to create an empty file in `folder` (ext4 on this VM: from 15 us to over 900 us, by the folder's block group)."
+    "Microseconds to create an empty file in `folder` (on ext4 it varies with the folder's block group)."
     t0 = time.perf_counter()
     for i in range(n): os.close(os.open(folder/f'probe_{i}', os.O_WRONLY | os.O_CREAT | os.O_EXCL))
     dt = (time.perf_counter() - t0) / n
@@ -249,7 +249,7 @@ if __name__ == '__main__':
     if args.threads: torch.set_num_threads(args.threads)
     tmp = tempfile.mkdtemp(prefix='bench_dumps_')
     try:
-        if args.goals:   # the two goals of issue #13, in one run
+        if args.goals:   # both saving goals (no spare core, a free core), in one run
             cores = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
             torch.set_num_threads(cores)
             busy = [bench_interleaved(args, tmp), bench_interleaved(args, tmp, limits=(50, 100))]

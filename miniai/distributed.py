@@ -47,7 +47,7 @@ class DistributedCB(Callback):
             if backend == 'nccl': torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=self.timeout))
             self.owns_group = True
-        self.active, self.rank, self.world_size = True, dist.get_rank(), dist.get_world_size()
+        self.active, self.rank, self.world_size = True, rank(), world_size()
         self.model, self.dls = learn.model, learn.dls
         dev = next(learn.model.parameters()).device
         learn.model = DistributedDataParallel(learn.model, device_ids=[dev] if dev.type == 'cuda' else None)

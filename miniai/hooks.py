@@ -15,7 +15,7 @@ from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
-           'other_names', 'check_every', 'HooksCallback', 'attach']
+           'other_names', 'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 class Hook():
@@ -126,17 +126,18 @@ def other_names(o):
         return o
     renames = _renames(o)
     if not renames: return o
+    position = {n: i for i, n in enumerate(inspect.signature(o).parameters)}
     @wraps(o)
     def _f(*args, **kwargs):
         for old in renames.keys() & kwargs.keys():
             new = renames[old]
-            if new in kwargs: raise TypeError(f"{o.__qualname__}: `{old}` is another name for `{new}`: give one of them")
+            if new in kwargs or position[new] < len(args): raise TypeError(f"{o.__qualname__}: `{old}` is another name for `{new}`: give one of them")
             kwargs[new] = kwargs.pop(old)
         return o(*args, **kwargs)
     return _f
 
 # %% ../nbs/09b_hooks.ipynb #914a5588
-def check_every(every, owner):
+def _check_every(every, owner):
     "Refuse an `every` that is not a whole number >= 1, naming `owner`."
     if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
         raise ValueError(f"{owner}: `every` must be an integer >= 1 (record every N-th training batch), got {every!r}")
@@ -145,7 +146,7 @@ def check_every(every, owner):
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
     def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
-        check_every(every, type(self).__name__)
+        _check_every(every, type(self).__name__)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks = Hooks([], None)
 
