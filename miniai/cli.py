@@ -42,9 +42,9 @@ def build_variant(name, dls, seed=1):
 class BadArgument(ValueError, argparse.ArgumentTypeError):
     "A bad option value: a `ValueError` for Python callers, a usage error (exit code 2) for argparse."
 
-def _as_number(v, kind):
-    try: return kind(v) if isinstance(v, str) else float(v) if kind is float else operator.index(v)
-    except (TypeError, ValueError): raise BadArgument(f"expected {'a number' if kind is float else 'a whole number'}, got {v!r}") from None
+def _as_number(v, number_type):
+    try: return number_type(v) if isinstance(v, str) else float(v) if number_type is float else operator.index(v)
+    except (TypeError, ValueError): raise BadArgument(f"expected {'a number' if number_type is float else 'a whole number'}, got {v!r}") from None
 
 def learning_rate(v):
     "`v` as a learning rate: a finite number above 0."
