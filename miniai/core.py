@@ -12,7 +12,7 @@ import numpy as np, torch, torch.distributed as dist
 
 # %% auto #0
 __all__ = ['def_device', 'apply', 'to_device', 'to_host', 'to_cpu', 'atomic_write', 'json_safe', 'json_restore', 'json_text',
-           'write_json', 'world_size', 'rank']
+           'write_json', 'world_size', 'rank', 'recording_paused', 'paused_recording']
 
 # %% ../nbs/00_core.ipynb #34398059
 def apply(f, o, leaf=torch.Tensor):
@@ -189,3 +189,18 @@ def rank():
     "This process's rank: the process group's, else `torchrun`'s `RANK`, else 0."
     if dist.is_available() and dist.is_initialized(): return dist.get_rank()
     return int(os.environ.get('RANK', 0))
+
+# %% ../nbs/00_core.ipynb #9cc8c277
+import threading
+_pause = threading.local()
+
+def recording_paused():
+    "True inside a `paused_recording()` block of this thread: miniai's hooks then record nothing."
+    return getattr(_pause, 'depth', 0) > 0
+
+@contextlib.contextmanager
+def paused_recording():
+    "A block (in this thread) whose forwards and backwards no miniai hook records: for a tool's own extra passes over the model."
+    _pause.depth = getattr(_pause, 'depth', 0) + 1
+    try: yield
+    finally: _pause.depth -= 1

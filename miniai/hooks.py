@@ -11,17 +11,34 @@ from functools import partial, wraps
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
+from .core import recording_paused
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
-__all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
+__all__ = ['HookFn', 'Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
            'other_names', 'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
+def _inert(*args, **kwargs):
+    "What a hooked model's copy (or saved file) holds in place of a miniai hook: a function that does nothing."
+    return None
+
+def _inert_hook(): return _inert
+
+class HookFn:
+    "A function for torch's hook dicts that the model's copy and saved file drop: `copy.deepcopy(model)` and `torch.save(model)` see `_inert`, so a hooked model copies and saves, and its copy records nothing. Inside `paused_recording()` it does nothing either."
+    __slots__ = ('f',)
+    def __init__(self, f): self.f = f
+    def __call__(self, *args, **kwargs):
+        if recording_paused(): return None
+        return self.f(*args, **kwargs)
+    def __deepcopy__(self, memo): return _inert
+    def __reduce__(self): return (_inert_hook, ())   # loads as `_inert`
+
 class Hook():
     "A forward hook on `m` that calls `f(hook, module, input, output)`; remove it with `remove()` or a `with` block."
     def __init__(self, m, f, name=None, **kwargs):
-        self.hook = m.register_forward_hook(partial(f, self), **kwargs)
+        self.hook = m.register_forward_hook(HookFn(partial(f, self)), **kwargs)
         # the name given (the module's path in its model), else one the user set on the module, else its class
         self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
     def remove(self):

@@ -1,6 +1,7 @@
 """Execute notebooks in place with a real Jupyter kernel (nbclient), saving outputs.
 Usage (repo root): .venv/bin/python tools/runnb.py nbs/X.ipynb ...  (then nbdev-clean and nbdev-export)"""
-import sys, time
+import sys, time, os
+os.environ.pop('MPLBACKEND', None)   # the kernel inherits it: Agg would drop every inline figure
 from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
