@@ -6,11 +6,12 @@ Docs: https://miniai.github.io/miniai/augment.html.md"""
 
 # %% ../nbs/14_augment.ipynb #b7896fed
 from __future__ import annotations
-import random
+import random, numbers, contextlib
 import torch, fastcore.all as fc
 from torch import nn
 from torch.nn import init
 
+from .core import paused_recording
 from .datasets import *
 from .conv import *
 from .learner import *
@@ -30,50 +31,96 @@ def _flops(p, h, w):
     return p.numel()*h*w if p.dim() == 4 else p.numel()
 
 class ModelSummary:
-    "The rows of `Learner.summary` (`module, input, output, params, mflops`), shown as a Markdown table."
-    def __init__(self, rows): self.rows = rows
+    "The rows of `Learner.summary` (`module, input, output, params, mflops`), shown as a Markdown table; `total_params` counts each of the model's parameters once."
+    def __init__(self, rows, total_params=None):
+        self.rows = rows
+        self._total = sum(r['params'] for r in rows) if total_params is None else total_params
     @property
-    def total_params(self): return sum(r['params'] for r in self.rows)
+    def total_params(self): return self._total
     @property
-    def total_mflops(self): return sum(r['mflops'] for r in self.rows)
+    def total_mflops(self):
+        known = [r['mflops'] for r in self.rows if r['mflops'] is not None]
+        return sum(known) if known else None
     def __str__(self):
-        res = '|Module|Input|Output|Num params|MFLOPS|\n|--|--|--|--|--|\n'
-        return res + ''.join(f"|{r['module']}|{r['input']}|{r['output']}|{r['params']}|{r['mflops']:.1f}|\n" for r in self.rows)
+        res = '|Module|Input|Output|Num params|MFLOPS (est.)|\n|--|--|--|--|--|\n'
+        return res + ''.join(f"|{r['module']}|{r['input']}|{r['output']}|{r['params']}|{_fmt_mflops(r['mflops'])}|\n" for r in self.rows)
     def _repr_markdown_(self): return str(self)
     __repr__ = __str__
+
+def _fmt_mflops(v): return '-' if v is None else f'{v:.1f}'
 
 def _shape(o):
     items = tensor_items(o)
     return tuple(items[0][1].shape) if items else None
 
+def _blocks(model):
+    "The modules `summary` lists: the model's top-level children, looking through wrappers that hold one child and no parameter of their own; the model itself when it has no children."
+    while True:
+        kids = list(model.children())
+        if len(kids) == 1 and not any(True for _ in model.parameters(recurse=False)): model = kids[0]
+        else: return kids or [model]
+
+_PASS_CBS = (TrainCB, DeviceCB, BatchTransformCB)
+
+@contextlib.contextmanager
+def _side_pass(learn):
+    "A block for a pass of `learn` that is not training: only the callbacks that move, transform or predict the batch (`_PASS_CBS`) take part, no miniai hook records, no optimiser is built, and every module's training mode is restored."
+    modes = [(m, m.training) for m in learn.model.modules()]
+    cbs, opt_func = learn.cbs, learn.opt_func
+    learn.cbs, learn.opt_func = fc.L(cb for cb in cbs if isinstance(cb, _PASS_CBS)), None
+    try:
+        with paused_recording(): yield
+    finally:
+        learn.cbs, learn.opt_func = cbs, opt_func
+        for m, t in modes: m.training = t
+
+class _StopAfterPredict(Callback):
+    "Stop fitting once the model has made its predictions: `summary` needs the forward, not the loss."
+    order = 1000
+    def after_predict(self, learn): raise CancelFitException()
+
 @fc.patch
 def summary(self:Learner):
     "Module, input and output shapes, parameters and MFLOPS of each top-level block of the model, from one validation batch (see above)."
+    blocks, seen = _blocks(self.model), {}
+    def _f(mod, inp, outp):
+        if mod not in seen: seen[mod] = (_shape(inp), _shape(outp))   # a block called twice: its first call
+    handles = [m.register_forward_hook(_f) for m in blocks]   # plain torch hooks: miniai's are paused during the pass
+    try:
+        with _side_pass(self): self.fit(1, train=False, cbs=_StopAfterPredict())
+    finally:
+        for h in handles: h.remove()
     rows = []
-    def _f(hook, mod, inp, outp):
-        nparms = sum(p.numel() for p in mod.parameters())
-        out = _shape(outp)
+    for m in blocks:
+        inp, out = seen.get(m, (None, None))
         h, w = (out[-2:] if out and len(out) >= 2 else (1, 1))
-        rows.append(dict(module=type(mod).__name__, input=_shape(inp), output=out, params=nparms,
-                         mflops=sum(_flops(p, h, w) for p in mod.parameters())/1e6))
-    with Hooks(self.model, _f): self.fit(1, train=False, cbs=SingleBatchCB())
-    res = ModelSummary(rows)
-    print(f"Tot params: {res.total_params}; MFLOPS: {res.total_mflops:.1f}")
+        rows.append(dict(module=type(m).__name__, input=inp, output=out, params=sum(p.numel() for p in m.parameters()),
+                         mflops=sum(_flops(p, h, w) for p in m.parameters())/1e6 if m in seen else None))
+    res = ModelSummary(rows, total_params=sum(p.numel() for p in self.model.parameters()))
+    note = '' if seen else ' (no batch ran: the validation loader is empty, so no shapes)'
+    print(f"Tot params: {res.total_params}; MFLOPS (est.): {_fmt_mflops(res.total_mflops)}{note}")
     if not fc.IN_NOTEBOOK: print(res)
     return res
 
 # %% ../nbs/14_augment.ipynb #3b2b527f
 class _StopBeforeStep(Callback):
-    "Stop fitting once every other callback's `before_batch` has run: the batch is as training would see it."
+    "Keep the batch once every other callback's `before_batch` has run (the batch as training would see it), then stop fitting."
     order = 1000
-    def before_batch(self, learn): raise CancelFitException()
+    batch = None
+    def before_batch(self, learn):
+        self.batch = learn.batch
+        raise CancelFitException()
 
 @fc.patch
 @fc.delegates(show_images)
 def show_image_batch(self:Learner, max_n=9, cbs=None, **kwargs):
-    "Show the first `max_n` images of a training batch after the learner's callbacks and `cbs` transformed it; the model is not trained."
-    self.fit(1, cbs=[_StopBeforeStep()] + fc.L(cbs))
-    show_images(self.batch[0][:max_n], **kwargs)
+    "Show the first `max_n` images of a training batch after the learner's batch callbacks and `cbs` transformed it; the model is not trained, nothing is recorded."
+    if isinstance(max_n, bool) or not isinstance(max_n, numbers.Integral) or max_n < 1:
+        raise ValueError(f"show_image_batch: `max_n` must be a whole number >= 1 (how many images to show), got {max_n!r}")
+    stop = _StopBeforeStep()
+    with _side_pass(self): self.fit(1, valid=False, cbs=[stop] + fc.L(cbs))
+    if stop.batch is None: raise ValueError("show_image_batch: the training loader `learn.dls.train` gave no batch to show")
+    show_images(stop.batch[0][:max_n], **kwargs)
 
 # %% ../nbs/14_augment.ipynb #ef850273
 class CapturePreds(Callback):
@@ -84,18 +131,35 @@ class CapturePreds(Callback):
         self.all_preds.append(to_cpu(learn.preds))
         self.all_targs.append(to_cpu(learn.batch[1]))
     def after_fit(self, learn):
+        if not self.all_preds: raise ValueError("CapturePreds: no batch ran, so there are no predictions to capture (is the validation loader empty?)")
         self.all_preds, self.all_targs, self.all_inps = map(torch.cat, [self.all_preds, self.all_targs, self.all_inps])
 
 @fc.patch
 def capture_preds(self:Learner, cbs=None, inps=False):
-    "Predictions and targets (and inputs when `inps`) over the validation set, with the extra callbacks `cbs`."
+    "Predictions and targets (and inputs when `inps`) over the validation set, with the extra callbacks `cbs`; the model's training mode and the other callbacks' records are kept."
+    try: n = len(self.dls.valid)
+    except TypeError: n = None       # a loader without a length: CapturePreds says so if it gives nothing
+    if n == 0: raise ValueError("capture_preds: the validation loader `learn.dls.valid` is empty (0 batches): there are no predictions to capture")
     cp = CapturePreds()
-    self.fit(1, train=False, cbs=[cp] + fc.L(cbs))
+    with _side_pass(self): self.fit(1, train=False, cbs=[cp] + fc.L(cbs))
     res = cp.all_preds, cp.all_targs
     if inps: res = res + (cp.all_inps,)
     return res
 
 # %% ../nbs/14_augment.ipynb #692abdf8
+def _check_aug(owner, pct, max_num):
+    "Refuse a `pct` outside [0, 1] and a `max_num` that is not a whole number >= 0, naming `owner`."
+    if isinstance(pct, bool) or not isinstance(pct, numbers.Real):
+        raise TypeError(f"{owner}: `pct` must be a number in [0, 1] (the square's side, as a fraction of the image's), got {type(pct).__name__}")
+    if not 0 <= pct <= 1: raise ValueError(f"{owner}: `pct` must be in [0, 1] (the square's side, as a fraction of the image's), got {pct}")
+    if isinstance(max_num, bool) or not isinstance(max_num, numbers.Integral):
+        raise TypeError(f"{owner}: `max_num` must be a whole number >= 0 (the most squares per batch), got {type(max_num).__name__}")
+    if max_num < 0: raise ValueError(f"{owner}: `max_num` must be >= 0 (the most squares per batch), got {max_num}")
+
+def _check_images(owner, x):
+    if not isinstance(x, torch.Tensor): raise TypeError(f"{owner}: `x` must be a tensor of images (..., height, width), got {type(x).__name__}")
+    if x.dim() < 2: raise ValueError(f"{owner}: `x` must have at least 2 dims (..., height, width), got shape {tuple(x.shape)}")
+
 def _rand_square(x, pct):
     "A random square of side `pct` of `x`'s last two dims, as two slices."
     szx, szy = int(pct*x.shape[-2]), int(pct*x.shape[-1])
@@ -105,12 +169,20 @@ def _rand_square(x, pct):
 def _rand_erase1(x, pct, xm, xs, mn, mx):
     "Fill one random square of `x` with noise of mean `xm` and std `xs`, then clip `x` to `[mn, mx]`."
     sx, sy = _rand_square(x, pct)
-    init.normal_(x[..., sx, sy], mean=xm, std=xs)
+    if x.is_floating_point(): init.normal_(x[..., sx, sy], mean=xm, std=xs)
+    else:   # integer images: the noise is drawn in float, then rounded and clipped to the batch's range
+        patch = x[..., sx, sy]
+        patch.copy_(torch.empty(patch.shape, device=x.device).normal_(float(xm), float(xs)).round_().clamp_(float(mn), float(mx)))
     x.clamp_(mn, mx)
 
 def rand_erase(x, pct=0.2, max_num=4):
     "Erase 0 to `max_num` random squares of side `pct` of batch `x` with noise like `x`'s, in place; returns `x`."
-    xm, xs, mn, mx = x.mean(), x.std(), x.min(), x.max()
+    _check_aug('rand_erase', pct, max_num); _check_images('rand_erase', x)
+    if x.dtype == torch.bool or x.is_complex(): raise TypeError(f"rand_erase: `x` has dtype {x.dtype}: give real images (a float or integer dtype)")
+    if x.numel() == 0: return x
+    xf = x if x.is_floating_point() else x.float()
+    xm, mn, mx = xf.mean(), x.min(), x.max()
+    xs = xf.std() if x.numel() > 1 else torch.zeros_like(xm)   # one pixel: no spread (the sample std would be NaN)
     for _ in range(random.randint(0, max_num)): _rand_erase1(x, pct, xm, xs, mn, mx)
     return x
 
@@ -118,18 +190,20 @@ class RandErase(nn.Module):
     "`rand_erase` as a module."
     def __init__(self, pct=0.2, max_num=4):
         super().__init__()
+        _check_aug('RandErase', pct, max_num)
         self.pct, self.max_num = pct, max_num
     def forward(self, x): return rand_erase(x, self.pct, self.max_num)
 
 # %% ../nbs/14_augment.ipynb #30837592
 def _rand_copy1(x, pct):
-    "Copy one random square of `x` onto another."
+    "Copy one random square of `x` onto another (a copy of it: where the two overlap, the pasted square is still the original)."
     sx1, sy1 = _rand_square(x, pct)
     sx2, sy2 = _rand_square(x, pct)
-    x[..., sx1, sy1] = x[..., sx2, sy2]
+    x[..., sx1, sy1] = x[..., sx2, sy2].clone()
 
 def rand_copy(x, pct=0.2, max_num=4):
     "Copy 0 to `max_num` random squares of side `pct` of batch `x` onto others, in place; returns `x`."
+    _check_aug('rand_copy', pct, max_num); _check_images('rand_copy', x)
     for _ in range(random.randint(0, max_num)): _rand_copy1(x, pct)
     return x
 
@@ -137,5 +211,6 @@ class RandCopy(nn.Module):
     "`rand_copy` as a module."
     def __init__(self, pct=0.2, max_num=4):
         super().__init__()
+        _check_aug('RandCopy', pct, max_num)
         self.pct, self.max_num = pct, max_num
     def forward(self, x): return rand_copy(x, self.pct, self.max_num)

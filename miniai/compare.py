@@ -27,9 +27,10 @@ def _display_name(name) -> str:
     return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
 
 def _file_kind(mode):
-    "What the entry of `st_mode` `mode` is, in words, when it is not a regular file."
+    "What the entry of `st_mode` `mode` is, in words: 'a symlink', 'a folder', 'a regular file'..."
     return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
-            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'not a regular file')
+            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode)
+            else 'a regular file' if stat.S_ISREG(mode) else 'of an unknown kind')
 
 # %% ../nbs/10d_compare.ipynb #ca1f88ac
 _MAX_INDEX_BYTES = 64*2**20   # an index line is ~200 bytes: room for 300,000 files
@@ -140,9 +141,46 @@ def _max_abs_finite(a, b, chunk_size):
 def _log10(x): return math.log10(x) if x > 0 else -math.inf
 
 # %% ../nbs/10d_compare.ipynb #e672a483
+def _is_int(dt): return dt.kind in 'biu'   # bool, signed and unsigned integers
+
+_SMALL = 1 << 21   # |values| below this: squares and products of 2**19 of them sum exactly in int64
+
+def _int_chunk(v):
+    "Integer chunk `v` as int64 when every value is small enough for exact int64 sums of squares, else as Python ints (object)."
+    if v.size and (int(v.max()) >= _SMALL or int(v.min()) <= -_SMALL): return v.astype(object)
+    return v.astype(np.int64)
+
+def _int_sum(v): return int(v.sum()) if v.size else 0
+
+def _compare_ints(a, b, chunk_size) -> dict:
+    "`compare_arrays` for two integer (or bool) arrays: sums of values, squares, products and differences in integer arithmetic, so the differences are exact at any size (2**53+1 against 2**53 is 1 apart)."
+    chunk_size = min(chunk_size, 1 << 19)   # int64 sums of 2**19 squares below 2**42 are exact
+    s1a = s1b = s2a = s2b = dot = sq_err = 0
+    max_err = max_a = 0
+    for i in range(0, a.size, chunk_size):
+        x, y = _int_chunk(a[i:i+chunk_size]), _int_chunk(b[i:i+chunk_size])
+        if x.dtype != y.dtype: x, y = x.astype(object), y.astype(object)
+        d = x - y
+        s1a += _int_sum(x); s1b += _int_sum(y); s2a += _int_sum(x*x); s2b += _int_sum(y*y); dot += _int_sum(x*y); sq_err += _int_sum(d*d)
+        if d.size: max_err = max(max_err, int(d.max()), -int(d.min())); max_a = max(max_a, int(x.max()), -int(x.min()))
+    n = int(a.size)
+    def var(s1, s2): return (n*s2 - s1*s1)/(n*n)   # int / int: the float nearest the exact value
+    nan = math.nan
+    mean_a, mean_b = (s1a/n, s1b/n) if n else (nan, nan)
+    var_a, var_b = (var(s1a, s2a), var(s1b, s2b)) if n else (nan, nan)
+    cos = 1.0 if dot == s2a == s2b else 0.0 if not s2a or not s2b else float(np.clip(dot/math.sqrt(s2a*s2b), -1., 1.))
+    return {'cosine similarity': cos, 'meanA': mean_a, 'meanB': mean_b, 'meanA - meanB': (s1a - s1b)/n if n else nan,
+            'stdA': math.sqrt(var_a), 'stdB': math.sqrt(var_b), 'stdA - stdB': math.sqrt(var_a) - math.sqrt(var_b),
+            'varA': var_a, 'varB': var_b, 'varA - varB': (n*(s2a - s2b) - (s1a*s1a - s1b*s1b))/(n*n) if n else nan,
+            'max_abs_err': max_err, 'max_rel_err': max_err/max_a if max_a else 0. if not max_err else math.inf,
+            'sqnr_db': math.inf if not sq_err else 10*(_log10(s2a) - math.log10(sq_err)),
+            'nan_A': 0, 'inf_A': 0, 'nan_B': 0, 'inf_B': 0, 'nan_pos_mismatch': 0, 'inf_pos_mismatch': 0,
+            'n_finite_both': n, 'n_elements': n}
+
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
-    "Statistics of two same-shape arrays (in float64, chunk by chunk): the `CSV_COLUMNS` except `tensor_name`."
+    "Statistics of two same-shape arrays (in float64, chunk by chunk; integer arrays exactly, in integer arithmetic): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
+    if _is_int(a.dtype) and _is_int(b.dtype): return _compare_ints(a.reshape(-1), b.reshape(-1), max(1, int(chunk_size)))
     both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
     a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
     chunk_size = max(1, int(chunk_size))

@@ -6,8 +6,9 @@ Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
 # %% ../nbs/10c_debuggers.ipynb #5878dc26
 from __future__ import annotations
-import os, json, math, numbers, tempfile
+import os, json, math, numbers, tempfile, threading
 from contextlib import contextmanager
+from functools import partial
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -16,17 +17,18 @@ import fastcore.all as fc
 from fastcore.basics import patch
 import torch.nn.functional as F
 
-from .core import apply, atomic_write, json_safe, json_restore, json_text, to_host, write_json
+from .core import apply, atomic_write, json_safe, json_restore, json_text, to_host, write_json, paused_recording, recording_paused
 from .learner import Callback
-from .hooks import Hook, LayerNotFoundError, other_names, select_modules
+from .hooks import Hook, HookFn, LayerNotFoundError, other_names, select_modules
 from .findings import finding, format_finding, judge
 from .kernel import batch_moments, row_moments, pow2_scale
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
 
 # %% auto #0
-__all__ = ['forward_pass', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger',
-           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages',
-           'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
+__all__ = ['forward_pass', 'own_pass', 'DebugHook', 'BaseDebugger', 'ForwardDebugger', 'check_int', 'check_real',
+           'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger', 'LayerOutputDebugger',
+           'GradCAMDebugger', 'iter_records', 'load_pages', 'debugger_registry', 'build_debugger', 'SequentialDebugger',
+           'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, layer, arg='layer'):
@@ -61,6 +63,32 @@ def run_model(model, inputs):
 def forward_pass(model, inputs, eval=True):
     "Run `model` on `inputs` without gradients, in eval mode when `eval` (each module's mode is restored after)."
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
+
+# %% ../nbs/10c_debuggers.ipynb #608c0883
+_own = threading.local()   # ids of the debuggers whose pass this thread is running
+
+@contextmanager
+def own_pass(*debuggers):
+    "A pass of `debuggers` over the model: no miniai hook records it (`paused_recording`), except these debuggers' `DebugHook`s."
+    ids = getattr(_own, 'ids', ())
+    _own.ids = ids + tuple(id(d) for d in debuggers)
+    try:
+        with paused_recording(): yield
+    finally: _own.ids = ids
+
+class _DebugHookFn(HookFn):
+    "`HookFn` (copies and pickles as a hook that does nothing) that also runs in its owner's `own_pass`."
+    __slots__ = ('owner',)
+    def __init__(self, f, owner): super().__init__(f); self.owner = owner
+    def __call__(self, *args, **kwargs):
+        if recording_paused() and id(self.owner) not in getattr(_own, 'ids', ()): return None
+        return self.f(*args, **kwargs)
+
+class DebugHook(Hook):
+    "A forward `Hook` of debugger `owner` calling `f(hook, module, input, output)`: it records training passes and `owner`'s `own_pass`, and nothing else run in `paused_recording()`."
+    def __init__(self, m, f, owner, name=None):
+        self.hook = m.register_forward_hook(_DebugHookFn(partial(f, self), owner))
+        self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
 
 # %% ../nbs/10c_debuggers.ipynb #7326c6b6
 class BaseDebugger:
@@ -100,7 +128,7 @@ class ForwardDebugger(BaseDebugger):
         "Hook the layer of `model` (replacing an earlier hook); returns `self`, a context manager that removes it."
         self.remove()
         module = find_module(model, self.layer)
-        self.hook = Hook(module, self._hookfunc, name=getattr(module, '_hook_name', None) or self.layer)   # a name the user set is read, never written
+        self.hook = DebugHook(module, self._hookfunc, self, name=getattr(module, '_hook_name', None) or self.layer)   # a name the user set is read, never written
         return self
     def remove(self):
         "Remove the hook (safe to call when not attached)."
@@ -119,7 +147,7 @@ class ForwardDebugger(BaseDebugger):
     def collect(self, datapoint, model):
         "Device results of the forward pass that just ran with the hook attached; if not attached, of a forward pass run now."
         if not self.attached:
-            with self.attach(model): forward_pass(model, datapoint['inputs'])
+            with self.attach(model), own_pass(self): forward_pass(model, datapoint['inputs'])
         return self.pop()
     def __repr__(self): return f'{type(self).__name__}({self.layer!r})'
 
@@ -161,12 +189,26 @@ def as_lists(d, *keys):
     return d
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
+def _is_int(v): return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+def _is_real(v): return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+def check_int(owner, name, v, low=1, none=None):
+    "`v` if it is an int >= `low` (or None when `none` says what None means); else a ValueError naming `owner` and `name`."
+    if (v is None and none is not None) or (_is_int(v) and v >= low): return v
+    what = {0: 'an int >= 0', 1: 'a positive int'}.get(low, f'an int >= {low}') + (f' (None: {none})' if none else '')
+    raise ValueError(f'{owner}: {name} must be {what}, got {v!r}')
+
+def check_real(owner, name, v, positive=False):
+    "`v` if it is a finite number (> 0 when `positive`); else a ValueError naming `owner` and `name`."
+    if _is_real(v) and (v > 0 or not positive): return v
+    raise ValueError(f"{owner}: {name} must be a finite {'positive ' if positive else ''}number, got {v!r}")
+
 @other_names
 class FeatureMapDebugger(ForwardDebugger):
     "Keep the layer's output (its first `max_samples` samples; all when None) and its mean, std, min, max and shape. Costs one copy of what is kept."
     def __init__(self, layer, max_samples=None):
         super().__init__(layer)
-        self.max_samples = max_samples
+        self.max_samples = check_int('FeatureMapDebugger', 'max_samples', max_samples, none='all samples')
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         kept = output.detach() if self.max_samples is None else output.detach()[:self.max_samples]
@@ -185,7 +227,8 @@ class AttentionDebugger(ForwardDebugger):
     "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its mean row entropy, max weight and mean distribution."
     def __init__(self, layer, weights_index=1, eps=1e-8):
         super().__init__(layer)
-        self.weights_index, self.eps = weights_index, eps
+        self.weights_index = check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
+        self.eps = check_real('AttentionDebugger', 'eps', eps, positive=True)
     def process_forward(self, module, input, output):
         attn = output
         if isinstance(output, (tuple, list)):
@@ -230,7 +273,10 @@ class ActivationStatsDebugger(ForwardDebugger):
     "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
     def __init__(self, layer, sat_low=-1., sat_high=1., n_samples=100):
         super().__init__(layer)
-        self.sat_low, self.sat_high, self.n_samples = sat_low, sat_high, n_samples
+        o = 'ActivationStatsDebugger'
+        self.sat_low, self.sat_high = check_real(o, 'sat_low', sat_low), check_real(o, 'sat_high', sat_high)
+        if sat_low >= sat_high: raise ValueError(f'{o}: sat_low must be below sat_high, got sat_low={sat_low!r}, sat_high={sat_high!r}')
+        self.n_samples = check_int(o, 'n_samples', n_samples, low=0)
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x = as_float(output)
@@ -257,9 +303,7 @@ class LayerOutputDebugger(ForwardDebugger):
     "Save the layer's raw output, average-pooled (`F.avg_pool2d`, floor) by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
     def __init__(self, layer, downsample_factor=4):
         super().__init__(layer)
-        if not (isinstance(downsample_factor, int) and downsample_factor >= 1):
-            raise ValueError(f'downsample_factor must be a positive int (1: no pooling), got {downsample_factor!r}')
-        self.downsample_factor = downsample_factor
+        self.downsample_factor = check_int('LayerOutputDebugger', 'downsample_factor (1: no pooling)', downsample_factor)
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x, k = output.detach(), self.downsample_factor
@@ -287,6 +331,15 @@ def _image_size(inputs):
 class GradCAMDebugger(BaseDebugger):
     "GradCAM heatmaps `(batch, height, width)` at `layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
     def __init__(self, layer, target_class=None, eval_mode=True, normalize=True):
+        tc = target_class
+        ok = tc is None or (_is_int(tc) and tc >= 0)
+        if not ok and not isinstance(tc, (str, bytes, Mapping)):
+            try: vals = torch.as_tensor(tc)
+            except (TypeError, ValueError, RuntimeError): vals = None
+            ok = vals is not None and vals.ndim == 1 and not vals.is_floating_point() and not vals.is_complex() and vals.dtype != torch.bool and bool((vals >= 0).all())
+        if not ok: raise ValueError(f'GradCAMDebugger: target_class must be None (each sample\'s predicted class), a class index >= 0, or one index >= 0 per sample, got {tc!r}')
+        for name, v in (('eval_mode', eval_mode), ('normalize', normalize)):
+            if not isinstance(v, bool): raise TypeError(f'GradCAMDebugger: {name} must be True or False, got {v!r}')
         self.layer, self.target_class, self.eval_mode, self.normalize = layer, target_class, eval_mode, normalize
 
     def check(self, model): find_module(model, self.layer)
@@ -304,11 +357,20 @@ class GradCAMDebugger(BaseDebugger):
         return tc
 
     def collect(self, datapoint, model):
-        "The heatmaps, targets and channel weights as device tensors (no host read)."
+        "The heatmaps, targets and channel weights as device tensors (no host read), from a forward and backward pass of its own (`own_pass`)."
+        kept = None if self.eval_mode else [(b, b.clone()) for b in model.buffers()]   # a forward in training mode moves BatchNorm's statistics
+        try:
+            with own_pass(self): return self._gradcam(datapoint, model)
+        finally:
+            if kept:
+                with torch.no_grad():
+                    for b, v in kept: b.copy_(v)
+
+    def _gradcam(self, datapoint, model):
         module = find_module(model, self.layer)
         inputs, acts = _with_grad(datapoint['inputs']), []
         base = {'target_layer': self.layer, 'target_class': self.target_class}
-        with eval_mode(model, self.eval_mode), torch.enable_grad(), Hook(module, lambda hook, m, i, o: acts.append(o)):
+        with eval_mode(model, self.eval_mode), torch.enable_grad(), DebugHook(module, lambda hook, m, i, o: acts.append(o), self):
             logits = run_model(model, inputs)
         if not isinstance(logits, torch.Tensor): return {'error': f'Model output is not a tensor (got {type(logits).__name__})', **base}
         if logits.ndim != 2: return {'error': f'Model output has shape {list(logits.shape)}, not (batch, classes)', **base}
@@ -427,7 +489,8 @@ def build_debugger(config, where='debugger_config'):
 class SequentialDebugger(BaseDebugger):
     "Run the debuggers of `debuggers_config` on each datapoint, buffering results and writing them to `path` a page of `page_size_mb` at a time."
     def __init__(self, page_size_mb=100, debuggers_config=(), path=None):
-        if not (isinstance(page_size_mb, (int, float)) and page_size_mb > 0): raise ValueError(f'page_size_mb must be a positive number, got {page_size_mb!r}')
+        if not (isinstance(page_size_mb, numbers.Real) and not isinstance(page_size_mb, bool) and page_size_mb > 0):   # inf: one page, at the end
+            raise ValueError(f'SequentialDebugger: page_size_mb must be a positive number (inf: one page at the end), got {page_size_mb!r}')
         self.page_size_mb, self.path, self.debuggers = page_size_mb, None if path is None else Path(path), {}
         for i, entry in enumerate(debuggers_config):
             where = f'debuggers_config[{i}]'
@@ -524,7 +587,7 @@ def collect(self:SequentialDebugger, datapoint, model, **meta):
     if fwd and not self.attached:
         try:
             self.attach(model)
-            forward_pass(model, datapoint['inputs'])
+            with own_pass(*fwd): forward_pass(model, datapoint['inputs'])
         finally: self.remove()
     results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
     with self._paused():
@@ -547,8 +610,11 @@ class DebugCB(Callback):
     def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
         if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
-        if not (isinstance(every_epoch, int) and not isinstance(every_epoch, bool) and every_epoch >= 1):
-            raise ValueError(f'every_epoch (checkpoint_method) must be a positive int of epochs, got {every_epoch!r}')
+        check_int('DebugCB', 'every_epoch (checkpoint_method)', every_epoch)
+        check_int('DebugCB', 'n_inp (the number of inputs in a batch)', n_inp)
+        for name, v in (('epochs', epochs), ('batches', batches)):
+            if v is not None and not (isinstance(v, (list, tuple, set, frozenset, range)) and all(_is_int(e) and e >= 0 for e in v)):
+                raise ValueError(f'DebugCB: {name} must be None (all) or a list of indices >= 0, got {v!r}')
         fc.store_attr('debugger,every_epoch,epochs,batches,on_train,on_valid,n_inp')
         self.active = self.checked = False
 

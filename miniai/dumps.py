@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/dumps.html.md"""
 
 # %% ../nbs/10b_dumps.ipynb #ed7b7bf4
 from __future__ import annotations
-import collections, contextlib, functools, hashlib, io, os, re, stat, sys, threading, warnings, weakref
+import collections, contextlib, functools, hashlib, io, math, numbers, os, re, stat, sys, threading, warnings, weakref
 from functools import partial
 from pathlib import Path
 
@@ -15,7 +15,7 @@ import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
 from .core import _NOFOLLOW, atomic_write, json_text, rank, to_host
-from .hooks import Hooks, LayerNotFoundError, other_names, select_modules, tensor_items
+from .hooks import HookFn, Hooks, LayerNotFoundError, other_names, select_modules, tensor_items
 
 # %% auto #0
 __all__ = ['register_hook', 'dump_filename', 'rank_dir', 'TargetClassWarning', 'TargetClassError', 'SavingHook',
@@ -271,6 +271,23 @@ def _pick_layers(model:nn.Module, layers=None):
 
 def _limit_ok(count, limit): return limit < 0 or count < limit
 
+def _whole(name, v, least=None):
+    "`v` as an int if it is a whole number (not a bool, a float or a string) of at least `least`; else an error naming `name`."
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number{'' if least is not None else ' (a negative one: no limit)'}, not {v!r} ({type(v).__name__})")
+    if least is not None and v < least: raise ValueError(f"{name} must be at least {least}, not {v!r}")
+    return int(v)
+
+def _check_args(path, max_saved_tensors, max_saved_grads, save_output_grads, buffer_mb, queue_size, background):
+    "Check `SavingHook`'s arguments before anything is created: a TypeError or ValueError naming the first bad one."
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise TypeError(f"path must name a folder (a str or a Path), not {path!r}")
+    _whole('max_saved_tensors', max_saved_tensors); _whole('max_saved_grads', max_saved_grads); _whole('queue_size', queue_size, 1)
+    if not isinstance(save_output_grads, (bool, np.bool_)): raise TypeError(f"save_output_grads must be True or False, not {save_output_grads!r}")
+    if background is not None and not isinstance(background, (bool, np.bool_)): raise TypeError(f"background must be None, True or False, not {background!r}")
+    if isinstance(buffer_mb, bool) or not isinstance(buffer_mb, numbers.Real): raise TypeError(f"buffer_mb must be a number of megabytes, not {buffer_mb!r}")
+    if not (math.isfinite(buffer_mb) and buffer_mb > 0): raise ValueError(f"buffer_mb must be a finite number > 0, not {buffer_mb!r}")
+
 def _flush_at_exit(writer, path):
     "Close the writer of a `SavingHook` nobody removed, at exit or when the hook is garbage collected: a failure is one line on stderr, never a traceback."
     try: writer.close()
@@ -282,11 +299,23 @@ def _flush_at_exit(writer, path):
 _IF_EXISTS = ('error', 'overwrite', 'new_run')
 _LOCK = '.miniai-writer.lock'
 
+def _run_numbers(path, rank_no):
+    "The numbers N of the `path/run_N` folders that hold a `tensors` or `grads` folder of rank `rank_no`."
+    try: names = os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError): return []
+    return [int(m.group(1)) for n in names if (m := re.fullmatch(r'run_(\d+)', n))
+            and any(rank_dir(path/n, kind, rank_no).exists() for kind in ('tensors', 'grads'))]
+
 def _fresh_run(path, rank_no):
-    "The first `path/run_N` where rank `rank_no` has written nothing yet."
-    n = 0
-    while rank_dir(path/f'run_{n}', 'tensors', rank_no).exists() or rank_dir(path/f'run_{n}', 'grads', rank_no).exists(): n += 1
-    return path/f'run_{n}'
+    "Claim `path/run_N`, N one more than the highest run of rank `rank_no` there: its `tensors/rank_R` folder is made by `os.mkdir`, which only one process can do, so runs that start at once each get their own N."
+    n = max(_run_numbers(path, rank_no), default=-1) + 1
+    while True:
+        folder = rank_dir(path/f'run_{n}', 'tensors', rank_no)
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(folder)
+            return path/f'run_{n}'
+        except (FileExistsError, NotADirectoryError): n += 1   # another process claimed it first (or a file is in the way)
 
 def _lock_folder(folder):
     "An open descriptor holding an exclusive lock on `folder`'s writer lock file; a RuntimeError if another writer holds it."
@@ -318,11 +347,19 @@ def _claim_folders(path, folders, overwrite=False):
         os.unlink(fn)
 
 # %% ../nbs/10b_dumps.ipynb #d1f18be1
+class _TensorHookFn(HookFn):
+    "A `HookFn` for tensor hooks, marked so that `torch.save` drops it without a warning (it loads as nothing anyway)."
+    __slots__ = ()
+    __torch_unserializable__ = True
+
+def _no_hook(): return None
+
 @other_names
 class SavingHook:
     "Save the outputs and parameter gradients of `model`'s `layers` (see `select_modules`; None: `default_layers`) under `path`; see `register_saving_hook`."
     def __init__(self, model:nn.Module, path='./tmp_tensors', layers=None, max_saved_tensors=50,
                  max_saved_grads=100, save_output_grads=False, buffer_mb=256, queue_size=64, background=None, if_exists='error'):
+        _check_args(path, max_saved_tensors, max_saved_grads, save_output_grads, buffer_mb, queue_size, background)
         self.layers, targets = _pick_layers(model, layers)
         fc.store_attr('max_saved_tensors,max_saved_grads,save_output_grads')
         self.rank = rank()
@@ -340,14 +377,15 @@ class SavingHook:
         self.micro_step, self.closed = -1, False
         self.writer = DumpWriter(buffer_mb, queue_size, background=background)
         self.hooks = Hooks([(n or 'model', m) for n, m in targets], self._save_output)   # each hook named by the module's qualified name
-        self.handles = [model.register_forward_pre_hook(self._next_step)]
+        self._model = weakref.ref(model)   # to drop `model.saving_hook` on `remove`; a copy of the model gets None (`__deepcopy__`)
+        self.handles = [model.register_forward_pre_hook(HookFn(self._next_step))]   # `HookFn`: copies and pickles as an inert function
         seen = set()
         for mod_name, m in targets:
             for p_name, p in m.named_parameters():
                 if id(p) in seen or not p.requires_grad: continue
                 seen.add(id(p))
                 full_name = f'{mod_name}.{p_name}' if mod_name else p_name
-                self.handles.append(p.register_hook(partial(self._save_grad, type(m).__name__, full_name)))
+                self.handles.append(p.register_hook(_TensorHookFn(partial(self._save_grad, type(m).__name__, full_name))))
         self._at_exit = weakref.finalize(self, _flush_at_exit, self.writer, str(path))   # holds the writer, not the hook or the model
 
     def _next_step(self, module, args):
@@ -361,7 +399,7 @@ class SavingHook:
         for key, t in items:
             t_name = name if len(items) == 1 else f'{name}.{key}'
             if self.save_output_grads and t.requires_grad:
-                t.register_hook(partial(self._save_grad, cls, f'{t_name}.output_grad'))
+                t.register_hook(_TensorHookFn(partial(self._save_grad, cls, f'{t_name}.output_grad')))
             if not _limit_ok(self.n_tensors, self.max_saved_tensors): continue
             fn = os.path.join(self._dirs[0], dump_filename(self.n_tensors, cls, t_name, self.micro_step))
             self.writer.put(fn, t, idx=self.n_tensors, layer_class=cls, layer_name=t_name,
@@ -387,9 +425,13 @@ class SavingHook:
         self.hooks.remove()
         for h in self.handles: h.remove()
         self._at_exit.detach()   # removed: nothing left to do at exit
+        model = self._model()
+        if model is not None and model.__dict__.get('saving_hook') is self: del model.saving_hook   # nothing of the hook stays on the model
         try: self.writer.close()
         finally: self._unlock()   # the folder is free for the next run
 
+    def __deepcopy__(self, memo): return None   # `copy.deepcopy(model)` while hooked: the copy's `saving_hook` is None
+    def __reduce__(self): return (_no_hook, ())  # `torch.save(model)`: loads as None
     def __enter__(self): return self
     def __exit__(self, *args): self.remove()
     def __repr__(self): return (f'SavingHook({self.tensor_dir.parent.parent}, rank={self.rank}, saved {self.n_tensors} tensors '

@@ -27,9 +27,15 @@ class Thresholds:
             if v is None: continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"Thresholds: `{name}` must be a finite number >= 0 (None: no check), got {v!r}")
+        for name in ('vanishing_std', 'exploding_std'):
+            v = getattr(self, name)
+            if v == 0: raise ValueError(f"Thresholds: `{name}` is a std, above 0 (None: no check), got {v!r}")
         for name in ('dead', 'sparse', 'saturated'):
             v = getattr(self, name)
             if v is not None and v > 1: raise ValueError(f"Thresholds: `{name}` is a fraction, at most 1, got {v!r}")
+        lo, hi = self.vanishing_std, self.exploding_std
+        if lo is not None and hi is not None and lo >= hi:
+            raise ValueError(f"Thresholds: `vanishing_std` ({lo!r}) must be below `exploding_std` ({hi!r}), or a layer would be both")
 
     def but(self, **changes):
         "These thresholds with `changes` (field names) applied; unknown names are an error."
@@ -69,8 +75,22 @@ def format_finding(f):
 # %% ../nbs/09e_findings.ipynb #70586877
 def _known(v): return v is not None and not (isinstance(v, float) and math.isnan(v))
 
+def _check_measures(std, fractions):
+    "Refuse a statistic `judge` cannot mean: a negative std, a fraction outside [0, 1] (a percent, say). None and NaN are 'not measured'."
+    for name, given in dict(std=std, **fractions).items():
+        if given is None: continue
+        try: v = float(given) if not isinstance(given, (bool, str)) else None     # numpy and 0-d torch numbers too
+        except (TypeError, ValueError): v = None
+        if v is None: raise TypeError(f"judge: `{name}` must be a number (None or NaN: not measured), got {type(given).__name__}")
+        if math.isnan(v): continue
+        if name == 'std':
+            if v < 0: raise ValueError(f"judge: `std` must be >= 0 (None or NaN: not measured), got {given!r}")
+        elif not 0 <= v <= 1: raise ValueError(f"judge: `{name}` is a fraction in [0, 1] (None or NaN: not measured), got {given!r}")
+
 def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, total=None, thresholds=THRESHOLDS):
     "The findings (see `finding`) for a layer with these statistics: `dead`, `sparse` and `saturated` are fractions, `nonfinite` of `total` values were NaN/Inf."
+    _check_measures(std, dict(dead=dead, sparse=sparse, saturated=saturated))
+    if not isinstance(thresholds, Thresholds): raise TypeError(f"judge: `thresholds` must be a Thresholds, got {type(thresholds).__name__}")
     t, res = thresholds, []
     if total is not None and nonfinite and nonfinite >= total:
         return [finding(layer, 'no finite values', nonfinite, 0, measure='nonfinite', total=total)]

@@ -1,4 +1,4 @@
-"""One exact statistics core: a named `Moments` record with one merge, one pass per tensor that counts every value, |x| histograms whose edge bins are exact, a mergeable quantile sketch, and a way to prove a hook never waits for the device.
+"""The numbers behind every miniai plot and finding: a named `Moments` record that merges, one pass per tensor that counts every value, and |x| histograms whose first and overflow bins are exact.
 
 Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
@@ -123,17 +123,20 @@ class count_syncs(TorchDispatchMode):
         return super().__exit__(*args)
 
 # %% ../nbs/09c_kernel.ipynb #602a9dcb
+# Every in-place op in this module writes into memory the kernel allocated itself (these buffers, or a fresh result):
+# `.float()`, `.double()`, `.view()`, `.contiguous()`... may return the user's tensor, which is only ever read.
 _scratch_bufs = {}
 
 def _scratch(n, dtype, device, slot=0):
-    "A reusable flat buffer of `n` elements for this thread, so that the kernel allocates nothing per call."
+    "A reusable flat buffer of `n` elements for this thread, so that the kernel allocates nothing per call. Never an inference tensor (one made under `torch.inference_mode()` could not be written outside it)."
     key = (threading.get_ident(), device, dtype, slot)
     buf = _scratch_bufs.get(key)
-    if buf is None or buf.numel() < n: buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
+    if buf is None or buf.numel() < n or buf.is_inference():
+        with torch.inference_mode(False): buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
     return buf[:n]
 
 def _as_float(x):
-    "`x` detached and flat, half types upcast to float32 (into a scratch buffer when a copy is needed); None for non-float or empty tensors."
+    "`x` detached and flat, half types upcast to float32 (into a scratch buffer when a copy is needed); None for non-float or empty tensors. Read only: it may be `x`'s own memory."
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0: return None
     x = x.detach()
     half = x.dtype in (torch.float16, torch.bfloat16)
@@ -175,6 +178,12 @@ def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True):
     return torch.stack([n, nan, posinf, neginf, mean, m2, mn, mx, n_zero, n_low, n_high], -1)
 
 # %% ../nbs/09c_kernel.ipynb #ff8888f2
+# How the loops stay exact. The moments are taken in blocks of `_BLOCK` values: each block's deviations are summed around
+# one of its own values `K` (a shift that keeps them small) and the corrected two-pass formula `m2 = Σd² - (Σd)²/k` takes
+# out what K's distance from the block mean costs; blocks merge with Chan's formula. A block holding a NaN or Inf (its sum
+# of squares is then not finite) is redone value by value, its finite values scaled by a power of two (exact) so that no
+# square overflows. The min and max come from the floats' bits (the bits of finite floats sort like integers).
+# fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
 _BLOCK = 4096
 
 def _minmax_loop(ints, uints):
@@ -396,7 +405,8 @@ def _sample_table(n, sample, device, run=1):
     "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n`: start j lies in the j-th of equal slices of [0, n - run]."
     key = ('strata', n, sample, run, str(device))
     tab = _scratch_bufs.get(key)
-    if tab is None:
+    if tab is not None: return tab
+    with torch.inference_mode(False):     # a table first drawn in a calibration pass is a normal tensor too
         g = torch.Generator(device=device).manual_seed(n)
         k = sample // run
         u = torch.rand(_TABLE_ROWS, k, generator=g, dtype=torch.float64, device=device)
@@ -434,7 +444,7 @@ def sample_bins(x, bins=40, hi=10., idx=None, run=1):
         return torch.from_numpy(hist)
     if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
     v = x if idx is None else x.index_select(0, idx)
-    a = v.double().abs_().mul_(scale)                  # float64, as the loop computes it
+    a = v.to(torch.float64, copy=True).abs_().mul_(scale)   # float64, as the loop computes it, in a copy: `v` may be the user's tensor
     b = torch.where(a < bins, a, bins).long()          # NaN and Inf to the top bin, as in the loop
     return _count(b, bins + 2)
 

@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/accel_sgd.html.md"""
 
 # %% ../nbs/12_accel_sgd.ipynb #842a6057
 from __future__ import annotations
-import inspect
+import inspect, math, numbers, functools
 import torch, fastcore.all as fc, matplotlib.pyplot as plt
 
 from .datasets import *
@@ -19,11 +19,34 @@ from .init import *
 __all__ = ['SGD', 'Momentum', 'RMSProp', 'Adam', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB', 'HasLearnCB', 'RecorderCB']
 
 # %% ../nbs/12_accel_sgd.ipynb #6b2bc129
+def _check_hyper(owner, name, v, what, lo=0., hi=None):
+    "Refuse `v` for argument `name` unless it is a finite real number >= `lo` (and < `hi`), in `torch.optim`'s words ('Invalid learning rate: -1')."
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{owner}: `{name}` ({what}) must be a real number, got {type(v).__name__}")
+    if not (math.isfinite(v) and lo <= v and (hi is None or v < hi)):
+        rng = f'a finite number >= {lo:g}' if hi is None else f'in [{lo:g}, {hi:g})'
+        raise ValueError(f"{owner}: Invalid {what}: {v} (`{name}` must be {rng})")
+
+def _param_list(owner, params):
+    "`params` as a list of tensors; a single tensor, an empty list or a non-tensor is refused, as `torch.optim` does."
+    if isinstance(params, torch.Tensor):
+        raise TypeError(f"{owner}: `params` must be an iterable of tensors (`model.parameters()`), got a single tensor: wrap it in a list")
+    params = list(params)
+    if not params: raise ValueError(f"{owner}: `params` is empty (optimizer got an empty parameter list)")
+    for p in params:
+        if not isinstance(p, torch.Tensor): raise TypeError(f"{owner}: `params` must hold tensors, got a {type(p).__name__}")
+    return params
+
 class SGD:
-    "The course's SGD: `opt_step` (here `p -= lr * grad`) after weight decay `wd`, on every parameter with a gradient."
+    "The course's SGD: `opt_step` (here `p -= lr * grad`) after weight decay `wd`, on every parameter with a gradient; per-parameter memory goes in `state`."
     def __init__(self, params, lr, wd=0.):
-        self.params, self.lr, self.wd = list(params), lr, wd
+        owner = type(self).__name__
+        self.params = _param_list(owner, params)
+        _check_hyper(owner, 'lr', lr, 'learning rate')
+        _check_hyper(owner, 'wd', wd, 'weight_decay value')
+        self.lr, self.wd = lr, wd
         self.i = 0                               # steps taken: Adam's bias correction reads it
+        self.state = {}                          # parameter -> {name: tensor}, as `torch.optim`'s `opt.state`
 
     def step(self):
         with torch.no_grad():
@@ -46,56 +69,78 @@ class Momentum(SGD):
     "SGD along the moving average `grad_avg` of the gradients, weight `mom` on the past."
     def __init__(self, params, lr, wd=0., mom=0.9):
         super().__init__(params, lr=lr, wd=wd)
+        _check_hyper(type(self).__name__, 'mom', mom, 'momentum value', hi=1.)
         self.mom = mom
 
     def opt_step(self, p):
-        if not hasattr(p, 'grad_avg'): p.grad_avg = torch.zeros_like(p.grad)
-        p.grad_avg = p.grad_avg*self.mom + p.grad*(1-self.mom)
-        p -= self.lr * p.grad_avg
+        st = self.state.setdefault(p, {})
+        if 'grad_avg' not in st: st['grad_avg'] = torch.zeros_like(p.grad)
+        st['grad_avg'] = st['grad_avg']*self.mom + p.grad*(1-self.mom)
+        p -= self.lr * st['grad_avg']
 
 class RMSProp(SGD):
     "SGD with each gradient divided by the root of the moving average `sqr_avg` of its squares."
     def __init__(self, params, lr, wd=0., sqr_mom=0.99, eps=1e-5):
         super().__init__(params, lr=lr, wd=wd)
+        _check_hyper(type(self).__name__, 'sqr_mom', sqr_mom, 'alpha value', hi=1.)
+        _check_hyper(type(self).__name__, 'eps', eps, 'epsilon value')
         self.sqr_mom, self.eps = sqr_mom, eps
 
     def opt_step(self, p):
-        if not hasattr(p, 'sqr_avg'): p.sqr_avg = p.grad**2
-        p.sqr_avg = p.sqr_avg*self.sqr_mom + p.grad**2*(1-self.sqr_mom)
-        p -= self.lr * p.grad/(p.sqr_avg.sqrt() + self.eps)
+        st = self.state.setdefault(p, {})
+        if 'sqr_avg' not in st: st['sqr_avg'] = p.grad**2
+        st['sqr_avg'] = st['sqr_avg']*self.sqr_mom + p.grad**2*(1-self.sqr_mom)
+        p -= self.lr * p.grad/(st['sqr_avg'].sqrt() + self.eps)
 
 class Adam(SGD):
     "Momentum (`beta1`) divided by RMSProp's root mean square (`beta2`), both averages corrected for their start at zero."
     def __init__(self, params, lr, wd=0., beta1=0.9, beta2=0.99, eps=1e-5):
         super().__init__(params, lr=lr, wd=wd)
+        owner = type(self).__name__
+        _check_hyper(owner, 'beta1', beta1, 'beta parameter at index 0', hi=1.)
+        _check_hyper(owner, 'beta2', beta2, 'beta parameter at index 1', hi=1.)
+        _check_hyper(owner, 'eps', eps, 'epsilon value')
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
 
     def opt_step(self, p):
-        if not hasattr(p, 'avg'): p.avg = torch.zeros_like(p.grad)
-        if not hasattr(p, 'sqr_avg'): p.sqr_avg = torch.zeros_like(p.grad)
-        p.avg = self.beta1*p.avg + (1-self.beta1)*p.grad
-        unbias_avg = p.avg / (1 - self.beta1**(self.i+1))
-        p.sqr_avg = self.beta2*p.sqr_avg + (1-self.beta2)*p.grad**2
-        unbias_sqr_avg = p.sqr_avg / (1 - self.beta2**(self.i+1))
+        st = self.state.setdefault(p, {})
+        if 'avg' not in st: st['avg'] = torch.zeros_like(p.grad)
+        if 'sqr_avg' not in st: st['sqr_avg'] = torch.zeros_like(p.grad)
+        st['avg'] = self.beta1*st['avg'] + (1-self.beta1)*p.grad
+        unbias_avg = st['avg'] / (1 - self.beta1**(self.i+1))
+        st['sqr_avg'] = self.beta2*st['sqr_avg'] + (1-self.beta2)*p.grad**2
+        unbias_sqr_avg = st['sqr_avg'] / (1 - self.beta2**(self.i+1))
         p -= self.lr * unbias_avg / (unbias_sqr_avg + self.eps).sqrt()
 
 # %% ../nbs/12_accel_sgd.ipynb #e6a4508e
 def _needs_total_steps(sched):
-    "Whether `sched(opt)` would still miss a `total_steps` argument."
+    "Whether `sched(opt)` would still miss a `total_steps`: it has no default, or defaults to None (`OneCycleLR`) and neither it nor `epochs` and `steps_per_epoch` were given."
     try: sig = inspect.signature(sched)
     except (TypeError, ValueError): return False
     p = sig.parameters.get('total_steps')
-    return p is not None and p.default is p.empty and not (isinstance(sched, fc.partial) and 'total_steps' in sched.keywords)
+    if p is None: return False
+    given = sched.keywords if isinstance(sched, functools.partial) else {}
+    if 'total_steps' in given: return False
+    if p.default is p.empty: return True
+    return p.default is None and not ('epochs' in given and 'steps_per_epoch' in given)
 
 class BaseSchedCB(Callback):
-    "Build the scheduler `sched(opt)` (as `schedo`) before fit; subclasses step it on training batches or epochs."
-    def __init__(self, sched): self.sched = sched
-    def _total_steps(self, learn): return learn.n_epochs * len(learn.dls.train)
+    "Build the scheduler `sched(opt)` (as `schedo`) before fit, filling in a missing `total_steps`; subclasses step it on training batches or epochs."
+    def __init__(self, sched):
+        if not callable(sched): raise TypeError(f"{type(self).__name__}: `sched` must be a scheduler class or function of the optimiser, got {type(sched).__name__}")
+        self.sched, self.schedo = sched, None
+    def _total_steps(self, learn):
+        if learn.n_epochs == 0: return 0
+        try: n = len(learn.dls.train)
+        except TypeError: raise TypeError(f"{type(self).__name__}: the training loader has no len(), so `total_steps` cannot be filled in: give it, as in partial(sched, total_steps=N)") from None
+        return learn.n_epochs * n
     def before_fit(self, learn):
-        if _needs_total_steps(self.sched): self.schedo = self.sched(learn.opt, total_steps=self._total_steps(learn))
-        else: self.schedo = self.sched(learn.opt)
+        self.schedo = None
+        if not _needs_total_steps(self.sched): self.schedo = self.sched(learn.opt)
+        elif (n := self._total_steps(learn)) > 0: self.schedo = self.sched(learn.opt, total_steps=n)
+        # else: no training step in this fit (`fit(0)`, an empty loader), so nothing to schedule
     def _step(self, learn):
-        if learn.training: self.schedo.step()
+        if learn.training and self.schedo is not None: self.schedo.step()
 
 class BatchSchedCB(BaseSchedCB):
     "Step the scheduler after every training batch."
@@ -114,10 +159,24 @@ class HasLearnCB(Callback):
 
 class RecorderCB(Callback):
     "Record `f(self)` after every training batch for each `name=f` in `d` (`self.pg` is the optimiser's first param group); `plot` draws them."
-    def __init__(self, **d): self.d = d
+    def __init__(self, **d):
+        if not d: raise ValueError("RecorderCB: nothing to record: give one `name=function` per value, as in RecorderCB(lr=lambda cb: cb.pg['lr'])")
+        for k, f in d.items():
+            if not callable(f): raise TypeError(f"RecorderCB: `{k}` must be a function of the callback, called as {k}(cb) after each training batch; got {type(f).__name__}")
+        self.d, self.recs, self._pg = d, {k: [] for k in d}, None
+
+    @property
+    def pg(self):
+        "The optimiser's first parameter group (a dict with 'lr'...), set before fit."
+        if self._pg is None: raise AttributeError("RecorderCB.pg: no parameter group: it is set before fit from a `torch.optim` optimiser's `param_groups`")
+        return self._pg
+    @pg.setter
+    def pg(self, v): self._pg = v
+
     def before_fit(self, learn):
         self.recs = {k: [] for k in self.d}
-        self.pg = learn.opt.param_groups[0]
+        pgs = getattr(getattr(learn, 'opt', None), 'param_groups', None)
+        self._pg = pgs[0] if pgs else None
 
     def after_batch(self, learn):
         if not learn.training: return
@@ -129,4 +188,5 @@ class RecorderCB(Callback):
         fig, axs = plt.subplots(1, n, figsize=figsize or (4*n, 3), squeeze=False)
         for ax, (k, v) in zip(axs.flat, self.recs.items()):
             ax.plot(v); ax.set_title(k); ax.set_xlabel('batch')
+            if not v: ax.text(0.5, 0.5, 'no training batch recorded yet', ha='center', va='center', transform=ax.transAxes)
         self.fig = fig

@@ -6,20 +6,38 @@ Docs: https://miniai.github.io/miniai/tensorboard.html.md"""
 
 # %% ../nbs/11a_tensorboard.ipynb #ff27ce60
 from __future__ import annotations
-import torch
+import numbers, torch
+from pathlib import Path
 from .core import rank, world_size
 from .learner import Callback
 from .activations import ActivationStats, main_recorder
 
 # %% auto #0
-__all__ = ['TensorBoardCB']
+__all__ = ['last_step', 'TensorBoardCB']
 
 # %% ../nbs/11a_tensorboard.ipynb #7352faad
+def last_step(log_dir, prefix='activations'):
+    "The last step written under the tag `prefix/` in the event files of folder `log_dir` (not its subfolders); -1 when there is none."
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    last = -1
+    for f in sorted(Path(log_dir).glob('*tfevents*')):
+        if not f.is_file(): continue
+        for e in EventFileLoader(str(f)).Load():
+            if any(v.tag.startswith(prefix + '/') for v in e.summary.value): last = max(last, e.step)
+    return last
+
 class TensorBoardCB(Callback):
-    "Write the statistics of `astats` (default: the learner's `ActivationStats`) to TensorBoard event files in `log_dir` after each epoch."
+    "Write the statistics of `astats` (default: the learner's `ActivationStats`) to TensorBoard event files in `log_dir` after each epoch; the step is the training batch, counted on from fit to fit and from the last step already in `log_dir` (or from `start_step`)."
     order = ActivationStats.order + 1
-    def __init__(self, log_dir, astats=None, prefix='activations'):
+    def __init__(self, log_dir, astats=None, prefix='activations', start_step=None):
+        if astats is not None and not isinstance(astats, ActivationStats):
+            raise TypeError(f"TensorBoardCB: astats must be an ActivationStats (per-batch statistics), got {type(astats).__name__}; "
+                            "run-wide statistics (StatisticsCB, StatisticsCollector) have no batches to write: read them with statistics_table")
+        if not isinstance(prefix, str) or not prefix: raise ValueError(f'TensorBoardCB: prefix must be a non-empty str, got {prefix!r}')
+        if start_step is not None and (isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral) or start_step < 0):
+            raise ValueError(f'TensorBoardCB: start_step must be an int >= 0 (None: after the last step in log_dir), got {start_step!r}')
         self.log_dir, self.astats, self.prefix, self.writer = str(log_dir), astats, prefix, None
+        self.next_step = start_step   # the step of the next training batch: found in log_dir at the first fit when None
 
     def before_fit(self, learn):
         self.writer = None
@@ -28,7 +46,11 @@ class TensorBoardCB(Callback):
             self.astats = next((cb for cb in learn.cbs if isinstance(cb, ActivationStats)), None)
             if self.astats is None: raise ValueError("TensorBoardCB needs an ActivationStats callback: pass one, or add one to the learner's callbacks")
         from torch.utils.tensorboard import SummaryWriter   # imported when used: tensorboard is an optional dependency
-        self.writer, self._written = SummaryWriter(self.log_dir), {}
+        if self.next_step is None: self.next_step = last_step(self.log_dir, self.prefix) + 1
+        self.writer, self._written, self._start, self._n_train = SummaryWriter(self.log_dir), {}, self.next_step, 0
+
+    def before_batch(self, learn):
+        if learn.training: self._n_train += 1
 
     def after_epoch(self, learn):
         if world_size() == 1: self.write()   # with several ranks the merged statistics exist only after fit
@@ -37,6 +59,7 @@ class TensorBoardCB(Callback):
         try: self.write()
         finally:
             self.writer.close(); self.writer = None
+            self.next_step = self._start + self._n_train   # the next fit goes on from here
 
     def write(self):
         "Write the batches recorded since the last call; returns the number of (layer, batch) pairs written."
@@ -53,7 +76,7 @@ class TensorBoardCB(Callback):
                            overflow_fraction=rec.saturated.nan_to_num(0.))
             hists = rec.hists
             for i in range(start, end):
-                step, tag = i * a.every, f'{self.prefix}/{h.name}'
+                step, tag = self._start + i * a.every, f'{self.prefix}/{h.name}'
                 for k, v in scalars.items(): self.writer.add_scalar(f'{tag}/{k}', float(v[i]), step)
                 body = hists[i].double()[:-1]
                 if float(body.sum()) > 0:

@@ -46,7 +46,7 @@ def test_summary_capture_preds_and_erasing(capsys):
     learn = TrainLearner(get_model(), synth(), F.cross_entropy, cbs=[DeviceCB()])
     s = learn.summary()
     out = capsys.readouterr().out
-    assert 'Tot params' in out and '|Module|Input|Output|Num params|MFLOPS|' in out
+    assert 'Tot params' in out and '|Module|Input|Output|Num params|MFLOPS (est.)|' in out
     assert s.rows[0]['module'] == 'ResBlock' and s.rows[0]['input'] == (32, 1, 28, 28)
     assert s.total_params == sum(p.numel() for p in learn.model.parameters())
     preds, targs, inps = learn.capture_preds(inps=True)

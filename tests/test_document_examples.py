@@ -778,6 +778,8 @@ def test_memory_efficient_example():
         for batch in image_loader(n=96, bs=8): model(batch)
     all_stats = stats_hook.get_all_statistics()
     assert list(all_stats) == important_layers
+    assert stats_hook.memory_log == []                                         # 50 MB: nothing degraded
+    assert all((st.calls, st.n_updates, st.total_samples) == (12, 3, 24) for st in all_stats.values())   # calls 1, 6, 11
     assert stats_hook.memory_bytes <= 50 * 2**20 and stats_hook.memory_log == []
     for st in all_stats.values():
         assert st.calls == 12 and st.n_updates == 3 and st.total_samples == 24

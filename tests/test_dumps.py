@@ -187,7 +187,7 @@ def test_default_layers_are_leaves_with_parameters(tmp_path):
     assert {v['layer_name'] for v in dump_index(tmp_path/'grads'/'rank_0').values()} == {'0.weight', '3.0.weight', '3.0.bias'}
 
 def test_hooks_named_from_named_modules_and_modules_untouched(tmp_path):
-    "Hooks carry the qualified names; the user's modules get no attribute (only the documented `model.saving_hook`)."
+    "Hooks carry the qualified names; the user's modules get no attribute (only the documented `model.saving_hook`, until `remove()`)."
     import torch
     from torch import nn
     from miniai.dumps import register_saving_hook
@@ -198,9 +198,10 @@ def test_hooks_named_from_named_modules_and_modules_untouched(tmp_path):
     model = register_saving_hook(model, tmp_path, 'Linear', -1, -1)
     assert [h.name for h in model.saving_hook.hooks] == ['0.0', '0.2']
     model(torch.randn(3, 4)).sum().backward()
+    attached = {n: set(vars(m)) for n, m in model.named_modules()}
+    assert attached[''] - before[''] == {'saving_hook'} and all(attached[n] == before[n] for n in before if n)
     model.saving_hook.remove()
-    after = {n: set(vars(m)) for n, m in model.named_modules()}
-    assert after[''] - before[''] == {'saving_hook'} and all(after[n] == before[n] for n in before if n)
+    assert {n: set(vars(m)) for n, m in model.named_modules()} == before   # remove() takes `model.saving_hook` away too
     layers = {v['layer_name'] for v in dump_index(tmp_path/'tensors'/'rank_0').values()}
     assert layers == {'0.0', '0.2'}
 

@@ -1,0 +1,61 @@
+"""Findings at their edges: thresholds that contradict each other or leave their range are refused by name, and `judge`
+refuses a statistic it cannot mean (a percent given as a fraction, a negative std) while NaN and None stay 'not measured'."""
+import math
+import numpy as np, pytest, torch
+from torch import nn
+from miniai.findings import Thresholds, THRESHOLDS, judge, finding
+
+@pytest.mark.parametrize('kw,field', [
+    (dict(vanishing_std=20, exploding_std=10), 'vanishing_std'),    # a layer with std 15 would be both
+    (dict(vanishing_std=10, exploding_std=10), 'vanishing_std'),
+    (dict(vanishing_std=0), 'vanishing_std'), (dict(exploding_std=0), 'exploding_std'),
+    (dict(exploding_std=-1), 'exploding_std'), (dict(vanishing_std=math.nan), 'vanishing_std'),
+    (dict(exploding_std=math.inf), 'exploding_std'), (dict(dead=math.nan), 'dead'),
+    (dict(dead=80), 'dead'), (dict(sparse=-0.1), 'sparse'), (dict(saturated=1.01), 'saturated')])
+def test_inconsistent_or_out_of_range_thresholds_are_refused(kw, field):
+    with pytest.raises(ValueError, match=f'`{field}`'): Thresholds(**kw)
+
+def test_but_checks_the_result_too():
+    with pytest.raises(ValueError, match='`vanishing_std`.*below `exploding_std`'): THRESHOLDS.but(vanishing_std=20)
+    with pytest.raises(ValueError, match='`vanishing_std`.*below `exploding_std`'): THRESHOLDS.but(exploding_std=0.1)
+
+def test_consistent_thresholds_and_switched_off_checks_are_kept():
+    "The edges that make sense: fractions of exactly 0 and 1, one of the two std checks off, a vanishing limit above 10 with no exploding check."
+    t = Thresholds(vanishing_std=50, exploding_std=None, dead=1, sparse=0, saturated=None)
+    assert [f['issue'] for f in judge('x', std=20., dead=1., sparse=0.01)] == ['exploding', 'dead']
+    assert [f['issue'] for f in judge('x', std=20., dead=1., sparse=0.01, thresholds=t)] == ['vanishing', 'sparse']
+    assert Thresholds(vanishing_std=0.5, exploding_std=0.6).exploding_std == 0.6
+
+@pytest.mark.parametrize('kw,field', [(dict(dead=85), 'dead'), (dict(sparse=1.5), 'sparse'), (dict(saturated=-0.01), 'saturated'),
+                                      (dict(saturated=math.inf), 'saturated'), (dict(std=-0.5), 'std'), (dict(std=-math.inf), 'std')])
+def test_judge_refuses_what_it_cannot_mean(kw, field):
+    with pytest.raises(ValueError, match=f'judge: `{field}`'): judge('conv1', **kw)
+
+@pytest.mark.parametrize('kw,field', [(dict(dead='0.5'), 'dead'), (dict(std=True), 'std'), (dict(sparse=[0.1]), 'sparse')])
+def test_judge_refuses_what_is_not_a_number(kw, field):
+    with pytest.raises(TypeError, match=f'judge: `{field}`'): judge('conv1', **kw)
+
+def test_judge_refuses_thresholds_of_another_kind():
+    with pytest.raises(TypeError, match='`thresholds`'): judge('conv1', std=0.1, thresholds=dict(vanishing_std=0.2))
+
+def test_nan_and_none_are_not_measured():
+    "NaN (a statistic over no finite values) and None (not collected) give no finding and no error; +Inf std is exploding."
+    assert judge('a', std=math.nan, dead=math.nan, sparse=None, saturated=math.nan) == []
+    assert judge('a', std=np.float32('nan'), dead=torch.tensor(math.nan)) == []
+    assert [f['issue'] for f in judge('a', std=math.inf)] == ['exploding']
+
+def test_numpy_and_torch_numbers_are_judged_like_floats():
+    got = judge('a', std=np.float64(0.1), dead=np.float32(0.9), saturated=torch.tensor(0.2, dtype=torch.float64))
+    assert [f['issue'] for f in got] == ['vanishing', 'dead', 'saturated']
+
+def test_judge_on_a_real_dead_layer():
+    "A ReLU after a layer with a large negative bias: its exact dead fraction is 1, a fraction, and it is judged dead."
+    torch.manual_seed(0)
+    lin = nn.Linear(10, 50); nn.init.constant_(lin.bias, -100.)
+    out = torch.relu(lin(torch.randn(64, 10)))
+    dead = (out.abs() < 0.25).double().mean().item()
+    assert dead == 1.
+    found = judge('relu', std=out.std().item(), dead=dead, sparse=(out == 0).double().mean().item())
+    assert [f['issue'] for f in found] == ['vanishing', 'dead', 'sparse']
+    assert found[1] == finding('relu', 'dead', 1., 0.8, 'dead')
+    with pytest.raises(ValueError, match='`dead` is a fraction'): judge('relu', dead=dead * 100)
