@@ -190,7 +190,7 @@ def rank():
     if dist.is_available() and dist.is_initialized(): return dist.get_rank()
     return int(os.environ.get('RANK', 0))
 
-# %% ../nbs/00_core.ipynb #9cc8c277
+# %% ../nbs/00_core.ipynb #0621f5f7
 import threading
 _pause = threading.local()
 
