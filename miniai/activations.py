@@ -58,7 +58,7 @@ def append_stats(hook, mod, inp, outp):
         if reason: hook.skipped[key] = reason; continue
         _recorder(hook, key).record(t)
         if getattr(hook, 'grads', False) and t.requires_grad and torch.is_grad_enabled():
-            t.register_hook(_recorder(hook, 'grad.' + key).record)
+            t.register_hook(HookFn(_recorder(hook, 'grad.' + key).record))   # records nothing while recording is paused
 
 # %% ../nbs/10_activations.ipynb #885ad113
 def get_hist(h):
@@ -91,7 +91,9 @@ class ActivationStats(HooksCallback):
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max
 
     def before_fit(self, learn):
+        joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
         super().before_fit(learn)
+        if joined: return
         for i, h in enumerate(self.hooks):
             h.grads, h.recorders, h.skipped, h.stats = self.grads, {}, {}, RecordedStats(h)
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
@@ -156,6 +158,8 @@ def _flag(f):
 @fc.patch
 def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, **limits):
     "One row per layer over the last `tail` of the recorded batches: statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give."
+    if isinstance(tail, bool) or not isinstance(tail, numbers.Real) or not 0 < tail <= 1:   # NaN fails `0 < tail` too
+        raise ValueError(f"diagnose: `tail` is the fraction of the recorded batches to read, from the last, in (0, 1] (0.1: the last tenth), got {tail!r}")
     th = thresholds.but(**limits) if limits else thresholds
     rows = []
     for h in self:

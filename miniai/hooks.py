@@ -81,12 +81,16 @@ def _close(word, options, what):
 
 _wrappers = (nn.DataParallel, nn.parallel.DistributedDataParallel)
 
-def select_modules(model, layers=None, default=default_layers, arg='layers'):
-    "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
-    while True:   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
+def _unwrap(model):
+    "The user's model inside DDP, `DataParallel` or `torch.compile`'s wrapper."
+    while True:
         if isinstance(model, _wrappers): model = model.module
         elif isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
-        else: break
+        else: return model
+
+def select_modules(model, layers=None, default=default_layers, arg='layers'):
+    "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
+    model = _unwrap(model)   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
     named = list(model.named_modules())
     if layers is None: layers = default
     if isinstance(layers, nn.Module): layers = [layers]
@@ -97,7 +101,11 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
     layers = list(layers)
     if all(isinstance(o, nn.Module) for o in layers):
         names = {id(m): n for n, m in named}
-        return [(names.get(id(m), type(m).__name__), m) for m in layers]
+        stranger = next((i for i, m in enumerate(layers) if id(m) not in names), None)
+        if stranger is not None:   # hooking it would record another model's forwards, or nothing
+            raise ValueError(f"{arg}: item {stranger} ({type(layers[stranger]).__name__}) is not a module of this {type(model).__name__}; "
+                             "pass modules of the model being hooked, or their names")
+        return [(names[id(m)], m) for m in layers]
     by_name, classes = dict(named), {type(m).__name__ for _, m in named}
     for s in layers:
         if not isinstance(s, str): raise TypeError(f"{arg}: expected names, types or a function, got {type(s).__name__}")
@@ -162,22 +170,38 @@ def _check_every(every, owner):
 @other_names
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
+    _sessions, _driver = (), None   # see `__init__`; class defaults for a subclass that does not call it
     def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
         _check_every(every, type(self).__name__)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks = Hooks([], None)
+        # the fits and `attach` blocks recording now (the first hooked the model, the others joined it), and what starts a
+        # recorded forward: 'batch' (the Learner's before_batch) or 'forward' (attach's pre-hook on the model)
+        self._sessions, self._driver = [], None
 
     def before_fit(self, learn):
+        if self._sessions: return self._join(learn)
         model = learn.model
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
+        self._sessions, self._driver = [learn], 'batch'
+        self._training, self._n_train = None, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__) for n, m in picked)
-        self._training, self._n_train = None, 0
+
+    def _join(self, learn):
+        "A fit (or `attach`) while this callback records: the same model joins the recording, each forward recorded once and nothing reset; another model is refused."
+        have = _unwrap(self._sessions[0].model)
+        if _unwrap(learn.model) is not have:
+            name = type(self).__name__
+            raise ValueError(f"{name} is already recording a {type(have).__name__} (in a fit or an `attach` block), and one callback hooks "
+                             f"one model at a time: use a second {name} for this {type(learn.model).__name__}")
+        self._sessions.append(learn)
 
     def _start_forward(self, training):
         "Before a batch (or a forward under `attach`): whether, and in which phase, the hooks record it."
-        if training:
+        if recording_paused(): training = None     # a forward that records nothing is not counted either
+        elif training:
             self._n_train += 1
             if (self._n_train - 1) % self.every: training = None   # not one of the `every`-th training batches
         self._training = training
@@ -187,11 +211,18 @@ class HooksCallback(Callback):
         if training is None: return
         if (self.on_train and training) or (self.on_valid and not training): self.hookfunc(*args, **kwargs)
 
-    def before_batch(self, learn): self._start_forward(learn.model.training)
-    def after_batch(self, learn): self._training = None
+    def before_batch(self, learn):
+        if self._driver == 'batch': self._start_forward(learn.model.training)
+    def after_batch(self, learn):
+        if self._driver == 'batch': self._training = None
     def cleanup_fit(self, learn):
+        mine = [i for i, s in enumerate(self._sessions) if s is learn]
+        if not mine: return          # its before_fit hooked nothing (it failed, or was refused): the recording goes on
+        del self._sessions[mine[-1]]
+        if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
         self.hooks.remove()
-        self.learn = None      # so that keeping this callback does not keep the model alive
+        self._driver = self._training = None
+        self.learn = None            # so that keeping this callback does not keep the model alive
     def __iter__(self): return iter(self.hooks)
     def __len__(self): return len(self.hooks)
     def __bool__(self): return True   # a callback is never falsy, even before fit when it has no hooks yet
@@ -199,28 +230,26 @@ class HooksCallback(Callback):
 # %% ../nbs/09b_hooks.ipynb #2973fb28
 class _Attached:
     "What `HooksCallback.attach` returns: entering it runs the callback's `before_fit` on `model` and watches its phase, leaving it runs `after_fit` (when the block ended normally) and `cleanup_fit`, which removes the hooks."
-    def __init__(self, cb, model): self.cb, self.model, self.handles = cb, model, []
+    def __init__(self, cb, model): self.cb, self.model, self._entered = cb, model, []
     def _set_phase(self, mod, args): self.cb._start_forward(mod.training)
     def _end_forward(self, mod, args, outp): self.cb._training = None
     def __enter__(self):
-        cb, learn = self.cb, fc.NS(model=self.model)
+        cb, learn, handles = self.cb, fc.NS(model=self.model), []
         try:
-            run_cbs([cb], 'before_fit', learn)
-            cb._training = None
-            self.handles = [self.model.register_forward_pre_hook(self._set_phase),
-                            self.model.register_forward_hook(self._end_forward, always_call=True)]   # after the layers' hooks
+            run_cbs([cb], 'before_fit', learn)     # hooks the layers, or joins the recording of this model (refuses another)
+            if len(cb._sessions) == 1 and cb._sessions[0] is learn:   # this block hooked the model: it starts each forward
+                cb._driver, cb._training = 'forward', None
+                handles = [self.model.register_forward_pre_hook(HookFn(self._set_phase)),
+                           self.model.register_forward_hook(HookFn(self._end_forward), always_call=True)]   # after the layers' hooks
         except BaseException as e:
-            self._remove()
+            for h in handles: h.remove()
             run_cleanup_cbs([cb], 'cleanup_fit', learn, error=e)
             raise
+        self._entered.append((learn, handles))
         return cb
-    def _remove(self):
-        for h in self.handles: h.remove()
-        self.handles = []
-        self.cb._training = None
     def __exit__(self, typ, e, tb):
-        self._remove()
-        learn = fc.NS(model=self.model)
+        learn, handles = self._entered.pop()
+        for h in handles: h.remove()
         if e is None:
             try: run_cbs([self.cb], 'after_fit', learn)
             except BaseException as err:

@@ -134,6 +134,12 @@ class with_cbs:
         return _f
 
 # %% ../nbs/09_learner.ipynb #9cd99bde
+def _check_not_empty(dl, name, what):
+    "Refuse a loader that has a length and holds no batch, before fit starts: its epoch would run no batch, and its loss would be made up."
+    try: n = len(dl)
+    except TypeError: return     # an iterable without a length: nothing to check up front
+    if n == 0: raise ValueError(f"fit: `{name}`, {what}, is empty (0 batches): give it data, or fit with `train=False`")
+
 class Learner():
     "Train `model` on `dls` with `loss_func`, an optimiser from `opt_func` at `lr`, driven by callbacks `cbs`."
     def __init__(self, model, dls=(0,), loss_func=F.mse_loss, lr=0.1, cbs=None, opt_func=optim.SGD):
@@ -172,11 +178,14 @@ class Learner():
     def fit(self, n_epochs=1, train=True, valid=True, cbs=None, lr=None):
         "Fit for `n_epochs`; `cbs` are added for this call only; `lr` replaces the learner's for this call."
         cbs = fc.L(cbs)
+        if lr is None: lr = self.lr
+        if lr is None and self.opt_func:
+            raise ValueError(f"{type(self).__name__}.fit: no learning rate: pass `lr` to the learner or to fit (`fit(1, lr=0.1)`)")
+        if train and n_epochs > 0: _check_not_empty(getattr(self.dls, 'train', None), 'dls.train', 'the training DataLoader')
         for cb in cbs: self.cbs.append(cb)
         try:
             self.n_epochs = n_epochs
             self.epochs = range(n_epochs)
-            if lr is None: lr = self.lr
             if self.opt_func: self.opt = self.opt_func(self.model.parameters(), lr)
             self._fit(train, valid)
         finally:
@@ -236,9 +245,12 @@ class MetricsCB(Callback):
         learn.metrics = self
         self.device = next(iter(learn.model.parameters()), torch.empty(0)).device
         for m in self.all_metrics.values(): m.to(self.device)
-    def before_epoch(self, learn): [o.reset() for o in self.all_metrics.values()]
+    def before_epoch(self, learn):
+        [o.reset() for o in self.all_metrics.values()]
+        self.n_batches = 0
     def after_epoch(self, learn):
-        log = {k: f'{v.compute():.3f}' for k,v in self.all_metrics.items()}
+        # an epoch that ran no batch (an empty validation loader) has no loss or metric: 'nan', not the empty metric's 0
+        log = {k: f'{v.compute():.3f}' if self.n_batches else 'nan' for k,v in self.all_metrics.items()}
         log['epoch'] = learn.epoch
         log['train'] = 'train' if learn.model.training else 'eval'
         self.log_hist.append(log)
@@ -249,6 +261,7 @@ class MetricsCB(Callback):
         preds = learn.preds.detach()
         for m in self.metrics.values(): m.update(preds, y)
         self.loss.update(learn.loss.detach(), weight=len(x))
+        self.n_batches += 1
 
 # %% ../nbs/09_learner.ipynb #3aa28f41
 class ProgressCB(Callback):
