@@ -7,6 +7,7 @@ Docs: https://miniai.github.io/miniai/cli.html.md"""
 # %% ../nbs/90_cli.ipynb #4d247401
 from __future__ import annotations
 import argparse, importlib.util, io, math, operator, os, sys, tempfile, time, warnings
+from functools import partial
 from pathlib import Path
 
 import matplotlib
@@ -23,7 +24,7 @@ from .init import variant_names, make_variant, variant_defaults
 
 # %% auto #0
 __all__ = ['epochs_count', 'batch_size', 'seed_value', 'PLOT_NAMES', 'model_names', 'build_variant', 'BadArgument',
-           'learning_rate', 'whole_number', 'writable_dir', 'diagnose_run', 'write_plots', 'main']
+           'learning_rate', 'whole_number', 'writable_dir', 'check_folders', 'diagnose_run', 'write_plots', 'main']
 
 # %% ../nbs/90_cli.ipynb #32f42a0d
 def model_names():
@@ -65,27 +66,53 @@ def whole_number(lo, hi=None):
 epochs_count, batch_size, seed_value = whole_number(1), whole_number(1), whole_number(0, 2**32-1)   # numpy's seeds are 32-bit
 
 # %% ../nbs/90_cli.ipynb #c90a0005
-def writable_dir(out):
-    "Folder `out` as a `Path`, made if needed, where a file was just created and removed; raises `BadArgument` saying why not."
+def _remove_empty(folders):
+    "Remove each of `folders` (innermost first) that is empty; leave the others."
+    for p in folders:
+        try: p.rmdir()
+        except OSError: pass
+
+def writable_dir(out, keep=True):
+    "Folder `out` as a `Path` where a file was just created and removed; raises `BadArgument` saying why not. The folders it made are kept, or removed again with `keep=False`."
     if str(out).strip() == '': raise BadArgument('must name a folder, got an empty string')
     out = Path(out)
     if out.exists() and not out.is_dir(): raise BadArgument(f'{str(out)!r} is a file, not a folder')
-    made = [p for p in (out, *out.parents) if not p.exists()]      # innermost first, to remove them again on failure
+    made = [p for p in (out, *out.parents) if not p.exists()]      # innermost first, to remove them again
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix='.miniai-probe-')
         os.close(fd); os.unlink(probe)
     except OSError as e:
-        for p in made:
-            try: p.rmdir()
-            except OSError: pass
+        _remove_empty(made)
         raise BadArgument(f'cannot write files in {str(out)!r}: {e.strerror or e}') from None
+    if not keep: _remove_empty(made)
     return out
 
 # %% ../nbs/90_cli.ipynb #6b4b207c
 def _checked(name, check, v):
     try: return check(v)
     except BadArgument as e: raise BadArgument(f'{name} {e}') from None
+
+def check_folders(out, tensorboard=None):
+    "Check the `out` and `tensorboard` folders together, making nothing: both writable, the tensorboard package there, neither in the other's way. Not safe to call from several processes at once on the same folders: each makes and removes its probe."
+    out = _checked('out', partial(writable_dir, keep=False), out)
+    if tensorboard is None: return out, None
+    tensorboard = _checked('tensorboard', partial(writable_dir, keep=False), tensorboard)
+    if any(tensorboard.resolve() == (out/f).resolve() for f in ('summary.json', *(f'{n}.png' for n in PLOT_NAMES))):
+        raise BadArgument(f"tensorboard {str(tensorboard)!r} is where --out writes {tensorboard.name}: choose another folder")
+    if importlib.util.find_spec('tensorboard') is None:
+        raise BadArgument("tensorboard needs the tensorboard package, which is not installed (pip install 'miniai[tensorboard]')")
+    return out, tensorboard
+
+def _write_out(out, write):
+    "Make folder `out` (and its parents) and call `write()`; if that fails, remove the folders made here that are still empty."
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write()
+    except BaseException:
+        _remove_empty(made)
+        raise
 
 class _MaxBatches(Callback):
     "Stop each training epoch after `n` batches."
@@ -105,9 +132,8 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
     if bs is None: bs = variant_defaults(model)['bs'] if model in variant_names else 1024   # the model's own recipe
     bs, seed = _checked('bs', batch_size, bs), _checked('seed', seed_value, seed)
     if max_batches is not None: max_batches = _checked('max_batches', whole_number(1), max_batches)
-    out = _checked('out', writable_dir, out)
-    if tensorboard is not None: tensorboard = _checked('tensorboard', writable_dir, tensorboard)
     lead = rank() == 0     # under torchrun every rank trains; rank 0 alone prints and writes
+    if lead: out, tensorboard = check_folders(out, tensorboard)    # made only when written to; by rank 0 alone, which writes
     dls = fashion_dls(bs)
     v = build_variant(model, dls, seed=seed)
     epochs = epochs or v.get('epochs', 1)
@@ -132,8 +158,10 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
                    train_seconds=round(secs, 2), layers=rows)
     if max_batches is not None: summary['max_batches'] = max_batches
     if not lead: return summary
-    write_json(out/'summary.json', summary, indent=2)   # first: a failure while drawing never loses it
-    write_plots(astats, out)
+    def write():
+        write_json(out/'summary.json', summary, indent=2)   # first: a failure while drawing never loses it
+        write_plots(astats, out)
+    _write_out(out, write)
     return summary
 
 # %% ../nbs/90_cli.ipynb #bcd255b4
@@ -170,12 +198,11 @@ def main(argv=None):
     p.add_argument('--tensorboard', default=None, metavar='DIR', help='also write TensorBoard logs of the statistics to DIR (needs the tensorboard package)')
     p.add_argument('--exact', action='store_true', help='exact histograms instead of a 16K random sample per layer and batch')
     args = p.parse_args(argv)
-    for opt in ('out', 'tensorboard'):
-        if getattr(args, opt) is None: continue
-        try: writable_dir(getattr(args, opt))
-        except BadArgument as e: p.error(f'argument --{opt}: {e}')
-    if args.tensorboard is not None:
-        if importlib.util.find_spec('tensorboard') is None: p.error("argument --tensorboard: the tensorboard package is not installed (pip install 'miniai[tensorboard]')")
+    try:   # together, and making nothing: a usage error leaves no folder behind. Rank 0 alone writes, and checks
+        if rank() == 0: check_folders(args.out, args.tensorboard)
+    except BadArgument as e:
+        opt, _, msg = str(e).partition(' ')
+        p.error(f'argument --{opt}: {msg}')
     matplotlib.use('Agg')
     # progress bars on a terminal; piped or captured output gets the per-epoch metrics only
     try: s = diagnose_run(args.model, args.epochs, args.lr, args.out, args.bs, args.seed, args.exact, progress=sys.stdout.isatty(),

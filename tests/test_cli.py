@@ -144,3 +144,66 @@ def test_a_failing_rank_fails_the_run(tmp_path):
     assert res.returncode != 0
     assert 'rank 1 fails on purpose' in res.stderr, res.stderr[-3000:]
     assert not (out/'summary.json').exists()
+
+# --- a usage error leaves no folder behind (issue 27) ---
+NO_FOLDER = [
+    (['--tensorboard', '/proc/miniai-tb'], ['--tensorboard', 'cannot write files in']),
+    (['--tensorboard', 'tb.txt'], ['--tensorboard', 'is a file, not a folder']),
+    (['--tensorboard', 'miniai-diagnosis/summary.json'], ['--tensorboard', 'is where --out writes summary.json']),
+    (['--out', 'new/out', '--tensorboard', 'new/out/color_dim.png'], ['--tensorboard', 'color_dim.png']),
+    (['--out', 'new/out', '--tensorboard', 'new/tb.txt/sub'], ['--tensorboard', 'Not a directory']),
+    (['--out', 'new/out', '--tensorboard', 'new/tb', '--lr', '0'], ['--lr']),
+]
+
+@pytest.mark.parametrize('bad,words', NO_FOLDER, ids=[' '.join(b) for b, _ in NO_FOLDER])
+def test_usage_error_makes_no_folder(bad, words, capsys, monkeypatch, tmp_path):
+    "Every option is checked, together, before any folder is made: the default `miniai-diagnosis` in the current folder included."
+    from miniai.cli import main
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
+    (tmp_path/'tb.txt').write_text('mine')
+    (tmp_path/'new').mkdir(); (tmp_path/'new'/'tb.txt').write_text('mine')
+    with pytest.raises(SystemExit) as info: main(bad)
+    out, err = capsys.readouterr()
+    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, *words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['new', 'tb.txt']
+    assert sorted(p.name for p in (tmp_path/'new').iterdir()) == ['tb.txt']
+
+def test_usage_error_makes_no_folder_as_user(tmp_path):
+    "The command as a user runs it, in an empty folder: `--tensorboard` in /proc is refused and no ./miniai-diagnosis appears."
+    env = {**os.environ, 'MINIAI_CACHE': str(tmp_path/'cache')}
+    work = tmp_path/'work'; work.mkdir()
+    res = subprocess.run([*exe, '--tensorboard', '/proc/miniai-tb'], capture_output=True, text=True, timeout=120, env=env, cwd=work)
+    assert_usage_error(res, tmp_path, '--tensorboard', '/proc/miniai-tb')
+    assert list(work.iterdir()) == []
+
+def test_missing_tensorboard_package_makes_no_folder(capsys, monkeypatch, tmp_path):
+    "`--tensorboard` without the tensorboard package: a usage error naming the package, before the --out folder is made."
+    from miniai.cli import main, diagnose_run, BadArgument
+    monkeypatch.setitem(sys.modules, 'tensorboard', None)      # what Python sees when the package is not installed
+    monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
+    with pytest.raises(SystemExit) as info: main(['--out', str(tmp_path/'out'), '--tensorboard', str(tmp_path/'tb')])
+    out, err = capsys.readouterr()
+    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, '--tensorboard', 'pip install')
+    with pytest.raises(BadArgument, match='tensorboard package'): diagnose_run(out=tmp_path/'out', tensorboard=tmp_path/'tb')
+    assert list(tmp_path.iterdir()) == []
+
+def test_python_usage_error_makes_no_folder(tmp_path):
+    from miniai.cli import diagnose_run, BadArgument
+    (tmp_path/'file').write_text('x')
+    with pytest.raises(BadArgument, match='tensorboard .* is a file'): diagnose_run(out=tmp_path/'a'/'out', tensorboard=tmp_path/'file')
+    with pytest.raises(BadArgument, match='max_batches'): diagnose_run(out=tmp_path/'b'/'out', max_batches=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['file']
+
+def test_failed_write_removes_the_folders_it_made(tmp_path):
+    "The out folder is made when the results are written: a write that fails leaves none of the folders it made, and keeps what was there."
+    from miniai.cli import _write_out
+    def fails(): raise OSError(28, 'No space left on device')
+    with pytest.raises(OSError): _write_out(tmp_path/'a'/'b', fails)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path/'kept').mkdir()
+    with pytest.raises(OSError): _write_out(tmp_path/'kept'/'out', fails)
+    assert [p.name for p in tmp_path.iterdir()] == ['kept'] and list((tmp_path/'kept').iterdir()) == []
+    def half(): (tmp_path/'c'/'summary.json').write_text('{}'); fails()
+    with pytest.raises(OSError): _write_out(tmp_path/'c', half)
+    assert (tmp_path/'c'/'summary.json').exists()              # what was written stays
