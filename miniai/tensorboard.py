@@ -40,7 +40,7 @@ class TensorBoardCB(Callback):
         self.next_step = start_step   # the step of the next training batch: found in log_dir at the first fit when None
 
     def before_fit(self, learn):
-        self.writer = None
+        self.writer, self._n_train = None, 0
         if world_size() > 1 and rank() != 0: return   # several ranks: rank 0 writes, after the statistics are merged
         if self.astats is None:
             self.astats = next((cb for cb in learn.cbs if isinstance(cb, ActivationStats)), None)
@@ -50,7 +50,7 @@ class TensorBoardCB(Callback):
         self.writer, self._written, self._start, self._n_train = SummaryWriter(self.log_dir), {}, self.next_step, 0
 
     def before_batch(self, learn):
-        if learn.training: self._n_train += 1
+        if self.writer is not None and learn.training: self._n_train += 1
 
     def after_epoch(self, learn):
         if world_size() == 1: self.write()   # with several ranks the merged statistics exist only after fit
