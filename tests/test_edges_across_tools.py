@@ -95,8 +95,10 @@ def test_full_disk_while_drawing_keeps_summary(tmp_path, monkeypatch):
     monkeypatch.setattr(cli, 'atomic_write', full)
     with pytest.raises(OSError, match='color_dim.png: No space left on device.*summary.json'): cli.write_plots(_FakeStats(), tmp_path)
     # main: summary.json is written first (write_json, a different writer), then one line and exit 1
-    def run(*a, **k):
-        cli.write_json(Path(a[3])/'summary.json', {'ok': 1}); cli.write_plots(_FakeStats(), a[3])
+    def run(*a, **k):   # as diagnose_run writes: its folder is made only when the results are there
+        out = Path(a[3])
+        def write(): cli.write_json(out/'summary.json', {'ok': 1}); cli.write_plots(_FakeStats(), out)
+        cli._write_out(out, write)
     monkeypatch.setattr(cli, 'diagnose_run', run)
     err = io.StringIO()
     with contextlib.redirect_stderr(err): code = cli.main(['--out', str(tmp_path/'o')])
