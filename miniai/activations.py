@@ -183,10 +183,11 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, **limits):
 
 # %% ../nbs/10_activations.ipynb #2764b131
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table."
-    lines = [f"{'layer':<14}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
+    "The rows of `diagnose` as a fixed-width text table; the layer column is as wide as the longest name (at least 14)."
+    w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
+    lines = [f"{'layer':<{w}}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
     def num(v): return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
     for r in rows:
-        lines.append(f"{r['layer']:<14}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
+        lines.append(f"{str(r['layer']):<{w}}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
                      f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
     return '\n'.join(lines)

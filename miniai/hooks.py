@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/hooks.html.md"""
 
 # %% ../nbs/09b_hooks.ipynb #b5f971be
 from __future__ import annotations
-import warnings, difflib, inspect, numbers
+import warnings, difflib, inspect, numbers, fnmatch, weakref
 from functools import partial, wraps
 from collections.abc import Mapping
 import torch, fastcore.all as fc
@@ -16,7 +16,7 @@ from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['HookFn', 'Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
-           'other_names', 'HooksCallback', 'attach']
+           'other_names', 'NothingRecordedWarning', 'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -88,6 +88,21 @@ def _unwrap(model):
         elif isinstance(getattr(model, '_orig_mod', None), nn.Module): model = model._orig_mod
         else: return model
 
+_TAKES_NAME = weakref.WeakKeyDictionary()   # predicate -> whether it takes the name: its signature is read once, not at every fit
+
+def _takes_name(f):
+    "Whether the predicate `f` takes `(name, module)` (two required positional parameters) rather than the module alone, read once from its signature."
+    try: return _TAKES_NAME[f]
+    except (KeyError, TypeError): pass
+    try: ps = inspect.signature(f).parameters.values()
+    except (TypeError, ValueError): return False       # a builtin without a signature: the module alone, as before
+    res = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in ps) >= 2
+    try: _TAKES_NAME[f] = res
+    except TypeError: pass                             # not weakly referenceable: read again next time
+    return res
+
+def _is_pattern(s): return any(c in s for c in '*?[')
+
 def select_modules(model, layers=None, default=default_layers, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
     model = _unwrap(model)   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
@@ -96,7 +111,9 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
     if isinstance(layers, nn.Module): layers = [layers]
     if isinstance(layers, type) or (isinstance(layers, tuple) and layers and all(isinstance(t, type) for t in layers)):
         return [(n, m) for n, m in named if isinstance(m, layers)]
-    if callable(layers): return [(n, m) for n, m in named if layers(m)]
+    if callable(layers):
+        if _takes_name(layers): return [(n, m) for n, m in named if layers(n, m)]
+        return [(n, m) for n, m in named if layers(m)]
     if isinstance(layers, str): layers = [layers]
     layers = list(layers)
     if all(isinstance(o, nn.Module) for o in layers):
@@ -107,13 +124,19 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
                              "pass modules of the model being hooked, or their names")
         return [(names[id(m)], m) for m in layers]
     by_name, classes = dict(named), {type(m).__name__ for _, m in named}
+    qualified = [n for n in by_name if n]      # the root has no name: a pattern never picks the whole model
+    want, patterns = set(), []
     for s in layers:
         if not isinstance(s, str): raise TypeError(f"{arg}: expected names, types or a function, got {type(s).__name__}")
-        if s not in by_name and s not in classes:
+        if s in by_name or s in classes: want.add(s)
+        elif _is_pattern(s):
+            if not any(fnmatch.fnmatchcase(n, s) for n in qualified):
+                raise LayerNotFoundError(f"{arg}: the pattern {s!r} matches no layer name in the model" + _close(s, qualified, 'layer names'))
+            patterns.append(s)
+        else:
             raise LayerNotFoundError(f"{arg}: {s!r} is neither a layer name nor a class name in the model"
-                                     + _close(s, [n for n in by_name if n], 'layer names') + _close(s, sorted(classes), 'class names'))
-    want = set(layers)
-    return [(n, m) for n, m in named if n in want or type(m).__name__ in want]
+                                     + _close(s, qualified, 'layer names') + _close(s, sorted(classes), 'class names'))
+    return [(n, m) for n, m in named if n in want or type(m).__name__ in want or (n and any(fnmatch.fnmatchcase(n, p) for p in patterns))]
 
 # %% ../nbs/09b_hooks.ipynb #9de5fdb1
 def tensor_items(o, prefix=''):
@@ -167,6 +190,18 @@ def _check_every(every, owner):
     if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
         raise ValueError(f"{owner}: `every` must be an integer >= 1 (record every N-th training batch), got {every!r}")
 
+class NothingRecordedWarning(UserWarning):
+    "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."
+
+_SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, compiled (torch.compile's "
+               "code can skip the hooks, even those registered before compiling: record with the uncompiled model), or skipped")
+
+def _compiled_part(model):
+    "The qualified name of the first module of `model` that `torch.compile` (or `nn.Module.compile`) wraps ('' for the model itself), or None."
+    for n, m in model.named_modules():
+        if isinstance(getattr(m, '_orig_mod', None), nn.Module) or getattr(m, '_compiled_call_impl', None) is not None: return n
+    return None
+
 @other_names
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
@@ -182,12 +217,18 @@ class HooksCallback(Callback):
     def before_fit(self, learn):
         if self._sessions: return self._join(learn)
         model = learn.model
+        part = _compiled_part(model)
+        if part is not None:   # its compiled code runs the layers without calling their hooks: every layer would record nothing
+            what = f"the model's layer {part!r} is compiled by torch.compile" if part else "the model is a torch.compile'd model"
+            raise ValueError(f"{type(self).__name__}: {what}, whose compiled code does not call the hooks of its layers, so nothing "
+                             "would be recorded: record with the uncompiled model (`model._orig_mod`), or attach (or fit) before compiling")
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
         self._sessions, self._driver = [learn], 'batch'
-        self._training, self._n_train = None, 0
+        self._training, self._n_train, self._n_recorded = None, 0, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__) for n, m in picked)
+        for h in self.hooks: h.calls = 0   # the calls that reached `hookfunc`, for the report when the recording ends
 
     def _join(self, learn):
         "A fit (or `attach`) while this callback records: the same model joins the recording, each forward recorded once and nothing reset; another model is refused."
@@ -204,12 +245,16 @@ class HooksCallback(Callback):
         elif training:
             self._n_train += 1
             if (self._n_train - 1) % self.every: training = None   # not one of the `every`-th training batches
+        if training is not None and (self.on_train if training else self.on_valid): self._n_recorded += 1
         self._training = training
 
     def _hookfunc(self, *args, **kwargs):
         training = self._training
         if training is None: return
-        if (self.on_train and training) or (self.on_valid and not training): self.hookfunc(*args, **kwargs)
+        if (self.on_train and training) or (self.on_valid and not training):
+            try: args[0].calls += 1     # an int on the hook: no device work
+            except (IndexError, AttributeError): pass
+            self.hookfunc(*args, **kwargs)
 
     def before_batch(self, learn):
         if self._driver == 'batch': self._start_forward(learn.model.training)
@@ -220,9 +265,22 @@ class HooksCallback(Callback):
         if not mine: return          # its before_fit hooked nothing (it failed, or was refused): the recording goes on
         del self._sessions[mine[-1]]
         if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
+        silent = self._silent()
         self.hooks.remove()
         self._driver = self._training = None
         self.learn = None            # so that keeping this callback does not keep the model alive
+        if silent: warnings.warn(silent, NothingRecordedWarning)   # after the hooks are gone: also under a warnings filter `error`
+
+    def _silent(self):
+        "The report of a recording that ends: the hooked layers that recorded nothing, with why; or that nothing was recorded at all (None: all recorded)."
+        if not self.hooks: return None     # nothing was hooked: `before_fit` said so
+        name = type(self).__name__
+        if not getattr(self, '_n_recorded', 1):
+            phases = ' or '.join(p for p, on in (('training', self.on_train), ('evaluation-mode (on_valid)', self.on_valid)) if on) or 'no'
+            return f"{name}: nothing was recorded: no {phases} forward ran while the hooks were on"
+        silent = [h.name for h in self.hooks if not getattr(h, 'calls', 1)]
+        if not silent: return None
+        return f"{name}: {len(silent)} of {len(self.hooks)} hooked layers recorded nothing: {', '.join(silent)}; " + _SILENT_WHY
     def __iter__(self): return iter(self.hooks)
     def __len__(self): return len(self.hooks)
     def __bool__(self): return True   # a callback is never falsy, even before fit when it has no hooks yet

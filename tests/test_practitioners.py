@@ -1,0 +1,204 @@
+"""Practitioners' models (issue #31, part): layers picked by glob pattern and by predicates that take the name; hooked layers
+that recorded nothing reported when the recording ends (`NothingRecordedWarning`); a torch.compile'd model refused at
+attach / before fit instead of recording zeros; `format_diagnosis` aligned for long layer names.
+Real small models trained for a few steps; nothing is downloaded and nothing is compiled (the compiled model is refused
+before its first call, and `torch.compile` compiles lazily)."""
+import re, warnings
+from collections import OrderedDict
+
+import pytest, torch
+from torch import nn
+import torch.nn.functional as F
+import fastcore.all as fc
+from torch.utils.data import DataLoader, TensorDataset
+
+from miniai.datasets import DataLoaders
+from miniai.hooks import HooksCallback, LayerNotFoundError, NothingRecordedWarning, select_modules
+from miniai.learner import Learner, TrainCB
+from miniai.activations import ActivationStats, format_diagnosis
+
+pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
+
+
+class Block(nn.Module):
+    "A residual block shaped like torchvision's: conv1, conv2 and a `downsample` branch."
+    def __init__(self, ni, nf):
+        super().__init__()
+        self.conv1, self.conv2 = nn.Linear(ni, nf), nn.Linear(nf, nf)
+        self.downsample = nn.Sequential(nn.Linear(ni, nf))
+    def forward(self, x): return F.relu(self.conv2(F.relu(self.conv1(x)))) + self.downsample(x)
+
+def resnetish(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(OrderedDict(stem=nn.Linear(6, 8), layer1=nn.Sequential(Block(8, 8)),
+                                     layer2=nn.Sequential(Block(8, 12), Block(12, 12)), head=nn.Linear(12, 3)))
+
+def dls(n_train=3, bs=8, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x, y = torch.randn(n_train * bs, 6, generator=g), torch.randint(0, 3, (n_train * bs,), generator=g)
+    return DataLoaders(DataLoader(TensorDataset(x, y), batch_size=bs), DataLoader(TensorDataset(x[:bs], y[:bs]), batch_size=bs))
+
+def hooks_left(model): return [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+
+def names(model, layers): return [n for n, _ in select_modules(model, layers)]
+
+def silent_warnings(w): return [str(o.message) for o in w if issubclass(o.category, NothingRecordedWarning)]
+
+
+# 1. layers by pattern, predicates that take the name
+
+def test_glob_patterns_pick_qualified_names_in_model_order():
+    m = resnetish()
+    assert names(m, 'layer2.*') == ['layer2.0', 'layer2.0.conv1', 'layer2.0.conv2', 'layer2.0.downsample', 'layer2.0.downsample.0',
+                                    'layer2.1', 'layer2.1.conv1', 'layer2.1.conv2', 'layer2.1.downsample', 'layer2.1.downsample.0']
+    assert names(m, '*.conv?') == ['layer1.0.conv1', 'layer1.0.conv2', 'layer2.0.conv1', 'layer2.0.conv2', 'layer2.1.conv1', 'layer2.1.conv2']
+    assert names(m, 'layer[12].0.conv1') == ['layer1.0.conv1', 'layer2.0.conv1']
+    # patterns, exact names and class names mix; each module once, in the model's order
+    assert names(m, ['head', '*.downsample.0', 'layer1.*.conv2', 'Block']) == [
+        'layer1.0', 'layer1.0.conv2', 'layer1.0.downsample.0', 'layer2.0', 'layer2.0.downsample.0', 'layer2.1', 'layer2.1.downsample.0', 'head']
+    assert '' not in names(m, '*') and len(names(m, '*')) == len(list(m.modules())) - 1   # a pattern never picks the root
+
+def test_a_pattern_that_matches_nothing_names_layers_and_the_closest():
+    m = resnetish()
+    with pytest.raises(LayerNotFoundError, match=r"^layers: the pattern 'Layer2\.\*' matches no layer name") as e:
+        select_modules(m, 'Layer2.*')   # fnmatchcase: case matters, as in the names
+    assert 'closest layer names' in str(e.value)
+    with pytest.raises(LayerNotFoundError, match=r"target_layer: the pattern 'layer3\.\*'"):
+        select_modules(m, ['stem', 'layer3.*'], arg='target_layer')
+    with pytest.raises(LayerNotFoundError, match="neither a layer name nor a class name"): select_modules(m, 'layer3')   # no glob: as before
+
+def test_predicates_take_the_module_or_the_name_and_module():
+    m = resnetish()
+    assert names(m, lambda n, mod: n.startswith('layer2') and isinstance(mod, nn.Linear)) == [
+        'layer2.0.conv1', 'layer2.0.conv2', 'layer2.0.downsample.0', 'layer2.1.conv1', 'layer2.1.conv2', 'layer2.1.downsample.0']
+    assert names(m, lambda mod: isinstance(mod, Block)) == ['layer1.0', 'layer2.0', 'layer2.1']
+    assert names(m, fc.risinstance(Block)) == ['layer1.0', 'layer2.0', 'layer2.1']
+    def wide(mod, at_least=12): return isinstance(mod, nn.Linear) and mod.out_features >= at_least   # a default: the module alone
+    assert names(m, wide) == ['layer2.0.conv1', 'layer2.0.conv2', 'layer2.0.downsample.0', 'layer2.1.conv1', 'layer2.1.conv2', 'layer2.1.downsample.0']
+    seen = []
+    def spy(name, mod): seen.append(name); return False
+    assert names(m, spy) == [] and seen == [n for n, _ in m.named_modules()]
+
+def test_activation_stats_records_the_layers_a_pattern_picks():
+    m = resnetish()
+    cb = ActivationStats('layer2.*.conv?')
+    Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
+    assert cb.names == ['layer2.0.conv1', 'layer2.0.conv2', 'layer2.1.conv1', 'layer2.1.conv2']
+    assert [len(h.stats[0]) for h in cb] == [3] * 4
+
+
+# 2. hooked layers that recorded nothing, reported when the recording ends
+
+class Functional(nn.Module):
+    "`skip` is a layer with parameters that the forward uses through `F.linear`, never as a module."
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin, self.skip, self.head = nn.Linear(6, 6), nn.Linear(6, 6), nn.Linear(6, 3)
+    def forward(self, x): return self.head(F.relu(self.lin(x)) + F.linear(x, self.skip.weight, self.skip.bias))
+
+def test_fit_reports_the_layer_that_never_ran_as_a_module_in_one_warning():
+    m = Functional()
+    cb = ActivationStats()
+    with pytest.warns(NothingRecordedWarning) as w:
+        Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1)
+    [msg] = silent_warnings(w)
+    assert msg.startswith('ActivationStats: 1 of 3 hooked layers recorded nothing: skip; ') and 'functional form' in msg and 'torch.compile' in msg
+    assert [len(h.stats[0]) for h in cb if h.name != 'skip'] == [3, 3] and not hooks_left(m)
+
+class WithAux(nn.Module):
+    "A model whose `aux` head the user's loop calls itself, outside the model's forward."
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.body, self.aux = nn.Linear(6, 4), nn.Linear(4, 2)
+    def forward(self, x): return self.body(x)
+
+def test_every_layer_recorded_no_warning_and_a_submodule_called_outside_a_forward_is_reported():
+    m = resnetish()
+    cb = ActivationStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with cb.attach(m): F.cross_entropy(m(torch.randn(4, 6)), torch.tensor([0, 1, 2, 0])).backward()
+    assert all(h.calls == 1 for h in cb)
+    m = WithAux()
+    cb = ActivationStats()
+    with pytest.warns(NothingRecordedWarning, match=r'1 of 2 hooked layers recorded nothing: aux; ') as w:
+        with cb.attach(m): m.aux(m(torch.randn(4, 6)))   # `aux` called directly, after the model's forward: not recorded
+    assert len(silent_warnings(w)) == 1 and [h.calls for h in cb] == [1, 0] and len(cb.hooks[0].stats[0]) == 1
+
+def test_no_recorded_forward_at_all_is_one_warning_that_nothing_was_recorded():
+    m = resnetish()
+    cb = ActivationStats()
+    with pytest.warns(NothingRecordedWarning) as w:
+        with cb.attach(m), torch.no_grad(): m.eval()(torch.randn(4, 6))   # evaluation only, and on_valid is off
+    assert silent_warnings(w) == ['ActivationStats: nothing was recorded: no training forward ran while the hooks were on']
+    m.train()
+    cb = HooksCallback(lambda *a: None, on_train=False, on_valid=True)
+    with pytest.warns(NothingRecordedWarning) as w: Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(0)
+    assert silent_warnings(w) == ['HooksCallback: nothing was recorded: no evaluation-mode (on_valid) forward ran while the hooks were on']
+
+def test_the_report_comes_once_at_the_outermost_end_also_after_an_error():
+    m = Functional()
+    cb = ActivationStats()
+    with pytest.warns(NothingRecordedWarning) as w:
+        with cb.attach(m):
+            with cb.attach(m): m(torch.randn(4, 6))                    # a nested block joins: no report at its exit
+            assert silent_warnings(w) == []
+            Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)   # a fit inside joins too
+            assert silent_warnings(w) == []
+    assert len(silent_warnings(w)) == 1 and 'skip' in silent_warnings(w)[0] and [h.calls for h in cb] == [4, 0, 4]
+    with pytest.warns(NothingRecordedWarning, match='recorded nothing: skip') as w, pytest.raises(RuntimeError, match='boom'):
+        with cb.attach(m): m(torch.randn(4, 6)); raise RuntimeError('boom')
+    assert not hooks_left(m)
+
+def test_a_warnings_filter_error_raises_after_the_hooks_are_removed():
+    m = Functional()
+    cb = ActivationStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', NothingRecordedWarning)
+        with pytest.raises(NothingRecordedWarning):
+            with cb.attach(m): m(torch.randn(4, 6))
+    assert not hooks_left(m) and [len(h.stats[0]) for h in cb if h.name != 'skip'] == [1, 1]   # what was recorded is kept
+
+
+# 3. a torch.compile'd model: refused, never silent zeros (nothing is compiled: the error comes before the first call)
+
+@pytest.mark.skipif(not hasattr(torch, 'compile'), reason='this torch has no torch.compile')
+def test_attach_and_fit_refuse_a_compiled_model_and_say_what_to_do():
+    m = resnetish()
+    cm = torch.compile(m)
+    for cb in (ActivationStats(), HooksCallback(lambda *a: None)):
+        with pytest.raises(ValueError, match=r"is a torch.compile'd model.*record with the uncompiled model.*attach \(or fit\) before compiling"):
+            with cb.attach(cm): pass
+        assert not hooks_left(m) and not cb._sessions
+    with pytest.raises(ValueError, match="torch.compile'd"):
+        Learner(cm, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), ActivationStats()]).fit(1)
+    assert not hooks_left(m)
+    outer = nn.Sequential(nn.Linear(6, 6), torch.compile(nn.Linear(6, 3)))       # a compiled part, named
+    with pytest.raises(ValueError, match=r"the model's layer '1' is compiled by torch.compile, whose"): ActivationStats().attach(outer).__enter__()
+    cb = ActivationStats()
+    with cb.attach(cm._orig_mod): cm._orig_mod(torch.randn(4, 6))                  # the uncompiled model records
+    assert all(len(h.stats[0]) == 1 for h in cb)
+    m.compile()                                                                     # nn.Module.compile: compiled in place
+    with pytest.raises(ValueError, match=r"the model is a torch.compile'd model"): ActivationStats().attach(m).__enter__()
+    assert not hooks_left(m)
+
+
+# format_diagnosis: the layer column as wide as the longest name
+
+def test_format_diagnosis_keeps_numbers_aligned_with_long_names():
+    m = resnetish()
+    cb = ActivationStats()
+    Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
+    rows = cb.diagnose()
+    text = format_diagnosis(rows)
+    lines = text.splitlines()
+    assert 'layer2.0.downsample.0' in text and len(lines) == len(rows) + 1
+    width = max(len(r['layer']) for r in rows) + 1
+    for line, r in zip(lines[1:], rows):
+        assert line[:width].rstrip() == r['layer'] and line[width - 1] == ' '
+        assert line[width:width + 10].strip() == f"{r['mean']:.3f}" and line[width + 10:width + 20].strip() == f"{r['std']:.3f}"
+    assert lines[0][width:width + 10].strip() == 'mean' and lines[0][width + 10:width + 20].strip() == 'std'
+    short = format_diagnosis([dict(r, layer='0') for r in rows[:2]]).splitlines()
+    assert short[1].index(f"{rows[0]['mean']:.3f}") + len(f"{rows[0]['mean']:.3f}") == 14 + 10   # at least 14, as before
