@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/activations.html.md"""
 
 # %% ../nbs/10_activations.ipynb #62280939
 from __future__ import annotations
-import math, numbers
+import math, numbers, collections
 import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
 
@@ -17,7 +17,7 @@ from .hooks import *
 from .findings import *
 
 # %% auto #0
-__all__ = ['RecordedStats', 'main_recorder', 'append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose',
+__all__ = ['RecordedStats', 'main_recorder', 'append_stats', 'append_grads', 'get_hist', 'get_min', 'ActivationStats', 'diagnose',
            'format_diagnosis', 'Hook', 'Hooks', 'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #291ec613
@@ -59,6 +59,17 @@ def append_stats(hook, mod, inp, outp):
         _recorder(hook, key).record(t)
         if getattr(hook, 'grads', False) and t.requires_grad and torch.is_grad_enabled():
             t.register_hook(HookFn(_recorder(hook, 'grad.' + key).record))   # records nothing while recording is paused
+    if getattr(hook, 'grads', False) and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
+        hook.grads_owed = getattr(hook, 'grads_owed', 0) + 1            # its recomputation in backward hooks the gradient
+
+def append_grads(hook, mod, inp, outp):
+    "A checkpoint's recomputation (during backward) of a forward that `append_stats` recorded without grad: hook only the gradients of `outp`, so they are recorded once per backward."
+    if not getattr(hook, 'grads_owed', 0): return     # that forward hooked its gradients itself (`use_reentrant=False`)
+    if not torch.is_grad_enabled(): return             # a nested checkpoint's forward, again without grad: its own recomputation hooks them
+    hook.grads_owed -= 1
+    for key, t in tensor_items(outp):
+        if skip_reason(t) is None and t.requires_grad and torch.is_grad_enabled():
+            t.register_hook(HookFn(_recorder(hook, 'grad.' + key).record))
 
 # %% ../nbs/10_activations.ipynb #885ad113
 def get_hist(h):
@@ -80,13 +91,36 @@ def _check_stats_args(bins, hi):
     if isinstance(hi, bool) or not isinstance(hi, numbers.Real) or not math.isfinite(hi) or hi <= 0:
         raise ValueError(f"ActivationStats: `hi` (the top of the |x| histogram) must be a finite number > 0, got {hi!r}")
 
+_FEW_LAYERS = 10   # up to this many layers the plots draw as the lesson's; more get a grid, colours and a legend that stay readable
+
+def _short_names(names, width=22):
+    "Names for many small panels: each name's tail ('…' and its last `width`-1 characters), longer where two tails would be the same; a name repeated gets ' (2)', ' (3)'..."
+    ws = [width] * len(names)
+    def tail(n, w): return n if len(n) <= w else '…' + n[-(w - 1):]
+    while True:
+        ts = [tail(n, w) for n, w in zip(names, ws)]
+        seen = collections.Counter(ts)
+        grow = [i for i, t in enumerate(ts) if seen[t] > 1 and len(names[i]) > ws[i]]
+        if not grow: break
+        for i in grow: ws[i] += 1
+    k = collections.Counter()
+    def numbered(t):
+        k[t] += 1
+        return t if k[t] == 1 else f'{t} ({k[t]})'
+    return [numbered(t) for t in ts]
+
+def _styles(n):
+    "Line colours and styles for `n` layers, distinct up to 80: tab20's twenty colours, then again dashed, dotted, dash-dotted."
+    cmap = plt.get_cmap('tab20')
+    return [dict(color=cmap(i % 20), linestyle=('-', '--', ':', '-.')[i // 20 % 4]) for i in range(n)]
+
 @other_names
 class ActivationStats(HooksCallback):
     "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch."
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
                  on_train=True, on_valid=False):
         _check_stats_args(bins, hi)
-        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, every=every)
+        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, every=every, recompute=append_grads)
         self.grads = grads
         self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max
 
@@ -95,7 +129,7 @@ class ActivationStats(HooksCallback):
         super().before_fit(learn)
         if joined: return
         for i, h in enumerate(self.hooks):
-            h.grads, h.recorders, h.skipped, h.stats = self.grads, {}, {}, RecordedStats(h)
+            h.grads, h.recorders, h.skipped, h.stats, h.grads_owed = self.grads, {}, {}, RecordedStats(h), 0
             h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
         self.names = [h.name for h in self.hooks]
 
@@ -107,47 +141,68 @@ class ActivationStats(HooksCallback):
         if not have: raise ValueError(f"no hooked layer recorded statistics to plot: {', '.join(none) or 'no layers hooked'}")
         return have, ('no data: ' + ', '.join(none)) if none else None
 
-    def _finish_fig(self, fig, axes, hooks, note):
-        for ax, h in zip(axes.flat, hooks): ax.set_title(h.name, fontsize=10)
+    def _grid(self, n, figsize):
+        "Axes for `n` layers: the lesson's grid up to `_FEW_LAYERS`; more: up to 8 columns, the figure growing with them (capped)."
+        if n <= _FEW_LAYERS: return get_grid(n, figsize=figsize or (11, 5), squeeze=False, layout='constrained')
+        ncols = min(8, math.ceil(math.sqrt(1.5 * n)))
+        nrows = math.ceil(n / ncols)
+        if figsize is None: figsize = (min(2.4 * ncols, 20.), min(1.9 * nrows + 0.5, 24.))
+        return get_grid(n, nrows=nrows, ncols=ncols, figsize=figsize, squeeze=False, layout='constrained')
+
+    def _finish_fig(self, fig, axes, hooks, note, xlabel, ylabel):
+        many = len(hooks) > _FEW_LAYERS
+        titles = _short_names([h.name for h in hooks]) if many else [h.name for h in hooks]
+        for ax, t in zip(axes.flat, titles):
+            ax.set_title(t, fontsize=8 if many else 10)
+            if many: ax.tick_params(labelsize=7)
+            else: ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
+        if many: fig.supxlabel(xlabel, fontsize=9); fig.supylabel(ylabel, fontsize=9)   # once for the grid
         for ax in list(axes.flat)[len(hooks):]: ax.set_axis_off()
         if note: fig.suptitle(note, fontsize=9)
         self.fig = fig
 
-    def color_dim(self, figsize=(11, 5)):
+    def color_dim(self, figsize=None):
         "Draw (and keep as `self.fig`) one image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
         hooks, note = self._plotted()
-        fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
-        for ax, h in zip(axes.flat, hooks):
-            show_image(get_hist(h), ax, origin='lower', noframe=False, aspect='auto')
-            ax.set_xlabel('batch'); ax.set_ylabel('|activation| bin')
-        self._finish_fig(fig, axes, hooks, note)
+        fig, axes = self._grid(len(hooks), figsize)
+        hists = [get_hist(h) for h in hooks]
+        scale = dict(vmin=0., vmax=max(float(im.max()) for im in hists) or 1.) if len(hooks) > _FEW_LAYERS else {}   # one scale, shown
+        for ax, im in zip(axes.flat, hists):
+            img = show_image(im, ax, origin='lower', noframe=False, aspect='auto', **scale).images[0]
+        if scale: fig.colorbar(img, ax=axes.ravel().tolist(), shrink=0.6, label='log1p(count)')
+        self._finish_fig(fig, axes, hooks, note, 'batch', '|activation| bin')
 
-    def dead_chart(self, figsize=(11, 5)):
+    def dead_chart(self, figsize=None):
         "Draw (and keep as `self.fig`) one plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
         hooks, note = self._plotted()
-        fig, axes = get_grid(len(hooks), figsize=figsize, squeeze=False, layout='constrained')
+        fig, axes = self._grid(len(hooks), figsize)
         edge = self.rec_kwargs['hi'] / self.rec_kwargs['bins']
         for ax, h in zip(axes.flat, hooks):
             ax.plot(get_min(h)); ax.set_ylim(0, 1)
-            ax.set_xlabel('batch'); ax.set_ylabel(f'fraction |x| < {edge:g}')
-        self._finish_fig(fig, axes, hooks, note)
+        self._finish_fig(fig, axes, hooks, note, 'batch', f'fraction |x| < {edge:g}')
 
     def plot_stats(self, figsize=(10, 4), grads=None):
         "Draw (and keep as `self.fig`) means and standard deviations per batch for every layer (and of their gradients when recorded)."
         grads = self.grads if grads is None else grads
         rows = 2 if grads else 1
         hooks, note = self._plotted()
-        fig, axs = plt.subplots(rows, 2, figsize=(figsize[0], figsize[1]*rows), squeeze=False, layout='constrained')
+        many = len(hooks) > _FEW_LAYERS
+        labels = _short_names([h.name for h in hooks]) if many else [h.name for h in hooks]
+        # many layers: the legend right of the panels, in as many columns as the figure's height needs, the figure wider by them
+        ncol = math.ceil(len(hooks) / max(1, int((figsize[1] * rows - 0.4) / 0.19))) if many else 0
+        extra = min(ncol * (0.55 + 0.075 * max(map(len, labels))), 8.) if many else 0
+        fig, axs = plt.subplots(rows, 2, figsize=(figsize[0] + extra, figsize[1]*rows), squeeze=False, layout='constrained')
         if note: fig.suptitle(note, fontsize=9)
-        for h in hooks:
-            axs[0, 0].plot(h.stats[0], label=h.name); axs[0, 1].plot(h.stats[1], label=h.name)
+        for h, label, style in zip(hooks, labels, _styles(len(hooks)) if many else [{}] * len(hooks)):
+            axs[0, 0].plot(h.stats[0], label=label, **style); axs[0, 1].plot(h.stats[1], label=label, **style)
             if grads and 'grad.0' in h.recorders:
                 g = h.recorders['grad.0']
-                axs[1, 0].plot(g.means, label=h.name); axs[1, 1].semilogy(g.stds, label=h.name)
+                axs[1, 0].plot(g.means, label=label, **style); axs[1, 1].semilogy(g.stds, label=label, **style)
         titles = ['Means', 'Stdevs', 'Gradient means', 'Gradient stdevs']
         for ax, t in zip(axs.flat, titles):
             ax.set_title(t); ax.set_xlabel('batch')
-        axs[0, 1].legend(fontsize=8)
+        if many: fig.legend(*axs[0, 1].get_legend_handles_labels(), loc='outside right upper', fontsize='small', ncols=ncol)
+        else: axs[0, 1].legend(fontsize=8)
         self.fig = fig
 
 # %% ../nbs/10_activations.ipynb #c7134239

@@ -15,8 +15,8 @@ from .core import recording_paused
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
-__all__ = ['HookFn', 'Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items', 'skip_reason',
-           'other_names', 'NothingRecordedWarning', 'HooksCallback', 'attach']
+__all__ = ['HookFn', 'recomputing', 'Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items',
+           'skip_reason', 'other_names', 'NothingRecordedWarning', 'CalledTwiceWarning', 'HooksCallback', 'attach']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -35,10 +35,24 @@ class HookFn:
     def __deepcopy__(self, memo): return _inert
     def __reduce__(self): return (_inert_hook, ())   # loads as `_inert`
 
+_graph_task_id = getattr(torch._C, '_current_graph_task_id', lambda: -1)
+
+def recomputing():
+    "True while autograd's engine runs a backward in this thread: a module's forward then is gradient checkpointing's recomputation of a forward that already ran (`torch.utils.checkpoint`, either `use_reentrant`)."
+    return _graph_task_id() != -1
+
+def _call_hook(hook, f, *args, **kwargs):
+    "Run `f(hook, ...)` for a forward; for a checkpoint's recomputation of one, `hook.on_recompute(hook, ...)` when set, else nothing."
+    if _graph_task_id() != -1:
+        g = hook.on_recompute
+        return None if g is None else g(hook, *args, **kwargs)
+    return f(hook, *args, **kwargs)
+
 class Hook():
-    "A forward hook on `m` that calls `f(hook, module, input, output)`; remove it with `remove()` or a `with` block."
+    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute` instead, when set); remove it with `remove()` or a `with` block."
+    on_recompute = None
     def __init__(self, m, f, name=None, **kwargs):
-        self.hook = m.register_forward_hook(HookFn(partial(f, self)), **kwargs)
+        self.hook = m.register_forward_hook(HookFn(partial(_call_hook, self, f)), **kwargs)
         # the name given (the module's path in its model), else one the user set on the module, else its class
         self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
     def remove(self):
@@ -193,6 +207,9 @@ def _check_every(every, owner):
 class NothingRecordedWarning(UserWarning):
     "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."
 
+class CalledTwiceWarning(UserWarning):
+    "A recording ended with hooked layers that ran more than once in one recorded forward (a module the forward uses twice): their series hold one record per call."
+
 _SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, compiled (torch.compile's "
                "code can skip the hooks, even those registered before compiling: record with the uncompiled model), or skipped")
 
@@ -202,13 +219,28 @@ def _compiled_part(model):
         if isinstance(getattr(m, '_orig_mod', None), nn.Module) or getattr(m, '_compiled_call_impl', None) is not None: return n
     return None
 
+def _count_call(h, fwd):
+    "Count a call of hook `h` in recorded forward number `fwd`: `h.calls` in all, and the calls per forward in `h.calls_per_forward`."
+    h.calls += 1
+    if h._fwd == fwd: h._fwd_calls += 1
+    else:
+        if h._fwd_calls: h.calls_per_forward.add(h._fwd_calls)
+        h._fwd, h._fwd_calls = fwd, 1
+
+def _per_forward(h):
+    "The numbers of calls of hook `h` in each recorded forward (a set)."
+    ns = set(getattr(h, 'calls_per_forward', ()))
+    if getattr(h, '_fwd_calls', 0): ns.add(h._fwd_calls)
+    return ns
+
 @other_names
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
     _sessions, _driver = (), None   # see `__init__`; class defaults for a subclass that does not call it
-    def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
+    def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, recompute=None):
         _check_every(every, type(self).__name__)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
+        self.recompute = recompute   # called as `recompute(hook, module, input, output)` in a checkpoint's recomputation (hookfunc is not)
         self.hooks = Hooks([], None)
         # the fits and `attach` blocks recording now (the first hooked the model, the others joined it), and what starts a
         # recorded forward: 'batch' (the Learner's before_batch) or 'forward' (attach's pre-hook on the model)
@@ -228,7 +260,10 @@ class HooksCallback(Callback):
         self._training, self._n_train, self._n_recorded = None, 0, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__) for n, m in picked)
-        for h in self.hooks: h.calls = 0   # the calls that reached `hookfunc`, for the report when the recording ends
+        for h in self.hooks:
+            h.calls = 0                     # the calls that reached `hookfunc`, for the report when the recording ends
+            h._fwd, h._fwd_calls, h.calls_per_forward = 0, 0, set()   # and how many in each recorded forward
+            h.on_recompute = self._rehookfunc
 
     def _join(self, learn):
         "A fit (or `attach`) while this callback records: the same model joins the recording, each forward recorded once and nothing reset; another model is refused."
@@ -252,9 +287,13 @@ class HooksCallback(Callback):
         training = self._training
         if training is None: return
         if (self.on_train and training) or (self.on_valid and not training):
-            try: args[0].calls += 1     # an int on the hook: no device work
+            try: _count_call(args[0], self._n_recorded)     # ints on the hook: no device work
             except (IndexError, AttributeError): pass
             self.hookfunc(*args, **kwargs)
+
+    def _rehookfunc(self, *args, **kwargs):
+        "A checkpoint's recomputation, during backward, of a forward that already ran: not recorded again; `recompute` runs when set."
+        if self.recompute is not None and self._sessions: self.recompute(*args, **kwargs)
 
     def before_batch(self, learn):
         if self._driver == 'batch': self._start_forward(learn.model.training)
@@ -265,11 +304,12 @@ class HooksCallback(Callback):
         if not mine: return          # its before_fit hooked nothing (it failed, or was refused): the recording goes on
         del self._sessions[mine[-1]]
         if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
-        silent = self._silent()
+        silent, twice = self._silent(), self._twice()
         self.hooks.remove()
         self._driver = self._training = None
         self.learn = None            # so that keeping this callback does not keep the model alive
         if silent: warnings.warn(silent, NothingRecordedWarning)   # after the hooks are gone: also under a warnings filter `error`
+        if twice: warnings.warn(twice, CalledTwiceWarning)
 
     def _silent(self):
         "The report of a recording that ends: the hooked layers that recorded nothing, with why; or that nothing was recorded at all (None: all recorded)."
@@ -281,6 +321,16 @@ class HooksCallback(Callback):
         silent = [h.name for h in self.hooks if not getattr(h, 'calls', 1)]
         if not silent: return None
         return f"{name}: {len(silent)} of {len(self.hooks)} hooked layers recorded nothing: {', '.join(silent)}; " + _SILENT_WHY
+
+    def _twice(self):
+        "The report of the hooked layers that ran more than once in one recorded forward (None: none did)."
+        many = [(h.name, _per_forward(h)) for h in self.hooks if max(_per_forward(h), default=1) > 1]
+        if not many: return None
+        def calls(ns): return f"{min(ns)} to {max(ns)} calls" if len(ns) > 1 else f"{min(ns)} calls"
+        layers = ', '.join(f"{n} ({calls(ns)})" for n, ns in many)
+        return (f"{type(self).__name__}: {len(many)} of {len(self.hooks)} hooked layers ran more than once in one recorded forward: {layers}; "
+                "a module the forward calls several times records once per call, so its series holds one record per call, not one per "
+                "batch: give each use its own module to record them apart")
     def __iter__(self): return iter(self.hooks)
     def __len__(self): return len(self.hooks)
     def __bool__(self): return True   # a callback is never falsy, even before fit when it has no hooks yet
@@ -289,8 +339,10 @@ class HooksCallback(Callback):
 class _Attached:
     "What `HooksCallback.attach` returns: entering it runs the callback's `before_fit` on `model` and watches its phase, leaving it runs `after_fit` (when the block ended normally) and `cleanup_fit`, which removes the hooks."
     def __init__(self, cb, model): self.cb, self.model, self._entered = cb, model, []
-    def _set_phase(self, mod, args): self.cb._start_forward(mod.training)
-    def _end_forward(self, mod, args, outp): self.cb._training = None
+    def _set_phase(self, mod, args):
+        if not recomputing(): self.cb._start_forward(mod.training)   # a checkpoint's recomputation is no new forward
+    def _end_forward(self, mod, args, outp):
+        if not recomputing(): self.cb._training = None
     def __enter__(self):
         cb, learn, handles = self.cb, fc.NS(model=self.model), []
         try:

@@ -1,6 +1,8 @@
 """Practitioners' models (issue #31, part): layers picked by glob pattern and by predicates that take the name; hooked layers
 that recorded nothing reported when the recording ends (`NothingRecordedWarning`); a torch.compile'd model refused at
-attach / before fit instead of recording zeros; `format_diagnosis` aligned for long layer names.
+attach / before fit instead of recording zeros; `format_diagnosis` aligned for long layer names; each forward recorded once
+under gradient checkpointing (gradients of checkpointed layers in both `use_reentrant` modes); a module called several times
+per forward reported (`CalledTwiceWarning`); plots readable at 24-50 layers and unchanged at 10 or fewer.
 Real small models trained for a few steps; nothing is downloaded and nothing is compiled (the compiled model is refused
 before its first call, and `torch.compile` compiles lazily)."""
 import re, warnings
@@ -13,7 +15,9 @@ import fastcore.all as fc
 from torch.utils.data import DataLoader, TensorDataset
 
 from miniai.datasets import DataLoaders
-from miniai.hooks import HooksCallback, LayerNotFoundError, NothingRecordedWarning, select_modules
+from miniai.hooks import HooksCallback, LayerNotFoundError, NothingRecordedWarning, CalledTwiceWarning, select_modules, recomputing
+from miniai.statistics import ActivationStatisticsHook
+from torch.utils.checkpoint import checkpoint
 from miniai.learner import Learner, TrainCB
 from miniai.activations import ActivationStats, format_diagnosis
 
@@ -202,3 +206,157 @@ def test_format_diagnosis_keeps_numbers_aligned_with_long_names():
     assert lines[0][width:width + 10].strip() == 'mean' and lines[0][width + 10:width + 20].strip() == 'std'
     short = format_diagnosis([dict(r, layer='0') for r in rows[:2]]).splitlines()
     assert short[1].index(f"{rows[0]['mean']:.3f}") + len(f"{rows[0]['mean']:.3f}") == 14 + 10   # at least 14, as before
+
+
+
+# 4. gradient checkpointing: each training forward recorded once, gradients recorded in both modes
+
+class Ckpt(nn.Module):
+    "Three layers, the middle block checkpointed (`reentrant` None: not checkpointed, the reference)."
+    def __init__(self, reentrant=None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.reentrant, self.a, self.mid, self.c = reentrant, nn.Linear(6, 8), nn.Sequential(nn.Linear(8, 8), nn.ReLU()), nn.Linear(8, 3)
+    def forward(self, x):
+        x = F.relu(self.a(x))
+        x = self.mid(x) if self.reentrant is None else checkpoint(self.mid, x, use_reentrant=self.reentrant)
+        return self.c(x)
+
+def recorded(cb):
+    "Per layer: (stats means, stds, gradient stds) as tensors; None where no gradient was recorded."
+    return {h.name: (torch.as_tensor(h.stats[0]), torch.as_tensor(h.stats[1]),
+                     h.recorders['grad.0'].stds if 'grad.0' in h.recorders else None) for h in cb}
+
+@pytest.mark.parametrize('reentrant', [False, True])
+def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentrant):
+    runs = {}
+    for mode in (None, reentrant):
+        m, cb = Ckpt(mode), ActivationStats(grads=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter('error', CalledTwiceWarning)     # a recomputation is no second call
+            Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
+        assert cb.names == ['a', 'mid.0', 'c']
+        assert [len(h.stats[0]) for h in cb] == [3] * 3 and [len(h.recorders['grad.0']) for h in cb] == [3] * 3, mode
+        assert [h.calls for h in cb] == [3] * 3 and [h.grads_owed for h in cb] == [0] * 3
+        runs[mode] = recorded(cb)
+    for name, (means, stds, gstds) in runs[None].items():    # the same numbers as without checkpointing
+        m2, s2, g2 = runs[reentrant][name]
+        torch.testing.assert_close(m2, means); torch.testing.assert_close(s2, stds); torch.testing.assert_close(g2, gstds)
+
+@pytest.mark.parametrize('reentrant', [False, True])
+def test_checkpointing_under_attach_counts_once_for_stats_and_the_collector(reentrant):
+    m, cb, col = Ckpt(reentrant), ActivationStats(grads=True), ActivationStatisticsHook()
+    with cb.attach(m), col.attach(m):
+        for _ in range(3): m(torch.randn(4, 6)).sum().backward()
+    assert [(len(h.stats[0]), len(h.recorders['grad.0'])) for h in cb] == [(3, 3)] * 3 and cb._n_recorded == 3
+    assert col.call_count == 9 and {n: d['total_samples'] for n, d in col._modules.items()} == {'a': 12, 'mid.0': 12, 'c': 12}
+    # the whole model checkpointed (its own forward pre-hook runs again in backward), with the middle block nested inside
+    m, cb = Ckpt(reentrant), ActivationStats(grads=True)
+    with cb.attach(m), warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='None of the inputs have requires_grad')   # torch's, for the nested reentrant one
+        for _ in range(3): checkpoint(m, torch.randn(4, 6, requires_grad=True), use_reentrant=reentrant).sum().backward()
+    assert [(len(h.stats[0]), len(h.recorders['grad.0'])) for h in cb] == [(3, 3)] * 3 and (cb._n_train, cb._n_recorded) == (3, 3)
+
+def test_recomputing_is_true_only_in_a_checkpoints_recomputation():
+    seen = []
+    block = nn.Sequential(nn.Linear(3, 3), nn.Tanh())      # tanh saves its output: the backward recomputes the block
+    block[0].register_forward_hook(lambda *a: seen.append(recomputing()))
+    for reentrant in (False, True):
+        checkpoint(block, torch.randn(2, 3, requires_grad=True), use_reentrant=reentrant).sum().backward()
+    block(torch.randn(2, 3)).sum().backward()
+    assert seen == [False, True, False, True, False] and not recomputing()
+
+
+# 5. a module called several times per forward: reported, its series one record per call
+
+class TwiceRelu(nn.Module):
+    "One `nn.ReLU` applied twice (as torchvision's ResNet blocks share `relu`), once when `once`; `lin` once."
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin, self.relu, self.head = nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 3)
+    def forward(self, x, once=False):
+        x = self.relu(self.lin(x))
+        return self.head(x if once else self.relu(x - 0.1))
+
+def twice_warnings(w): return [str(o.message) for o in w if issubclass(o.category, CalledTwiceWarning)]
+
+def test_a_module_called_twice_per_forward_is_reported_once_at_the_end():
+    m = TwiceRelu()
+    cb = ActivationStats(['ReLU', 'lin'])
+    with pytest.warns(CalledTwiceWarning) as w:
+        Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
+    [msg] = twice_warnings(w)
+    assert msg.startswith('ActivationStats: 1 of 2 hooked layers ran more than once in one recorded forward: relu (2 calls); ')
+    assert 'one record per call' in msg and not silent_warnings(w) and not hooks_left(m)
+    assert [(h.name, len(h.stats[0]), h.calls) for h in cb] == [('lin', 3, 3), ('relu', 6, 6)]   # two records per batch
+    cb = HooksCallback(lambda *a: None, nn.ReLU)
+    with pytest.warns(CalledTwiceWarning, match=r"^HooksCallback: 1 of 1 hooked layers .*: relu \(1 to 2 calls\); ") as w:
+        with cb.attach(m):
+            m(torch.randn(4, 6)); m(torch.randn(4, 6), once=True)
+            m.eval()(torch.randn(4, 6)); m.train()                          # not recorded (on_valid is off): not counted
+    assert len(twice_warnings(w)) == 1 and cb.hooks[0].calls == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        with cb.attach(m): m(torch.randn(4, 6), once=True); m(torch.randn(4, 6), once=True)   # once per forward: no warning
+
+
+# 6. plots readable with 24 layers, drawn as before with 10 or fewer
+
+def deep(n):
+    "An MLP of `n` Linear layers with long, similar names ('stage3.residual_body.layer2.0'...)."
+    torch.manual_seed(0)
+    return nn.Sequential(OrderedDict((f'stage{i}', nn.Sequential(OrderedDict(residual_body=nn.Sequential(OrderedDict(
+        layer2=nn.Sequential(nn.Linear(6, 6), nn.Tanh())))))) for i in range(n)))
+
+def stats_of(n, grads=False):
+    m, cb = deep(n), ActivationStats(grads=grads)
+    with cb.attach(m):
+        for _ in range(3): m(torch.randn(4, 6)).sum().backward()
+    return cb
+
+def test_plots_with_ten_layers_or_fewer_keep_the_lessons_layout():
+    import matplotlib.pyplot as plt
+    for n, grid in ((5, 6), (10, 12)):       # get_grid's rows x columns at (11, 5), the values before the many-layer layout
+        cb = stats_of(n, grads=True)
+        for meth in ('color_dim', 'dead_chart'):
+            getattr(cb, meth)()
+            assert tuple(cb.fig.get_size_inches()) == (11, 5) and len(cb.fig.axes) == grid, (n, meth)
+            assert [ax.get_title() for ax in cb.fig.axes[:n]] == cb.names and cb.fig.axes[0].get_xlabel() == 'batch'
+            plt.close(cb.fig)
+        for grads, size, naxes in ((True, (10, 8), 4), (False, (10, 4), 2)):
+            cb.plot_stats(grads=grads)
+            assert tuple(cb.fig.get_size_inches()) == size and len(cb.fig.axes) == naxes and not cb.fig.legends
+            assert cb.fig.axes[1].get_legend() is not None and [t.get_text() for t in cb.fig.axes[1].get_legend().get_texts()] == cb.names
+            plt.close(cb.fig)
+
+def test_plots_stay_readable_with_24_layers():
+    import matplotlib.pyplot as plt
+    cb = stats_of(24)
+    names = cb.names
+    assert len(names) == 24 and names[3] == 'stage3.residual_body.layer2.0'
+    for meth in ('color_dim', 'dead_chart'):
+        getattr(cb, meth)()
+        fig = cb.fig
+        w, h = fig.get_size_inches()
+        assert w > 11 and h > 5 and w <= 20 and h <= 24, (meth, w, h)
+        panels = [ax for ax in fig.axes if ax.get_title()]
+        titles = [ax.get_title() for ax in panels]
+        assert len(titles) == 24 and len(set(titles)) == 24, titles                     # no two panels titled alike
+        assert all(t == n or (t.startswith('…') and n.endswith(t[1:]) and len(t) < len(n)) for t, n in zip(titles, names))
+        assert titles[0] == '…e0.residual_body.layer2.0' and len(titles[3]) <= 26
+        if meth == 'color_dim':                                                          # one colour scale for all, shown once
+            [bar] = [ax for ax in fig.axes if ax.get_ylabel() == 'log1p(count)']
+            assert len({ax.images[0].get_clim() for ax in panels}) == 1 and bar.get_ylim() == panels[0].images[0].get_clim()
+        plt.close(fig)
+    cb.plot_stats()
+    fig = cb.fig
+    [leg] = fig.legends
+    assert fig.get_size_inches()[0] > 10 and not any(ax.get_legend() for ax in fig.axes)
+    fig.canvas.draw()
+    box, right = leg.get_window_extent(), max(ax.get_window_extent().x1 for ax in fig.axes)
+    assert box.x0 >= right and box.x1 <= fig.bbox.x1 and box.y0 >= fig.bbox.y0, (box, right)   # right of the panels, inside the figure
+    lines = fig.axes[0].get_lines()
+    assert len(lines) == 24 and len({(l.get_color(), l.get_linestyle()) for l in lines}) == 24   # 24 distinct colours and styles
+    assert len(leg.get_texts()) == 24 and len({t.get_text() for t in leg.get_texts()}) == 24
+    plt.close(fig)
