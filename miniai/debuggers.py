@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .core import apply, atomic_write, json_safe, json_restore, json_text, to_host, write_json, paused_recording, recording_paused
 from .learner import Callback
-from .hooks import Hook, HookFn, LayerNotFoundError, other_names, select_modules
+from .hooks import Hook, HookFn, LayerNotFoundError, other_names, select_modules, recomputing
 from .findings import finding, format_finding, judge
 from .kernel import batch_moments, row_moments, pow2_scale
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
@@ -81,7 +81,7 @@ class _DebugHookFn(HookFn):
     __slots__ = ('owner',)
     def __init__(self, f, owner): super().__init__(f); self.owner = owner
     def __call__(self, *args, **kwargs):
-        if recording_paused() and id(self.owner) not in getattr(_own, 'ids', ()): return None
+        if recomputing() or (recording_paused() and id(self.owner) not in getattr(_own, 'ids', ())): return None   # a checkpoint's recomputation: seen once already
         return self.f(*args, **kwargs)
 
 class DebugHook(Hook):

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .kernel import FIELDS, Moments, _as_float
 from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
 from .sketch import _normal_tensors, _Stream, _SAMPLING, _BASE_BYTES, _exact_percentiles, _rank_bound, _sketch_percentiles, _relative_error, _rescale
-from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names
+from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names, recomputing
 from .core import write_json, to_host, json_safe, recording_paused
 
 # %% auto #0
@@ -377,7 +377,7 @@ def export_statistics(self:StatisticsCollector, format="json", path=None):
 class ActivationStatisticsHook(StatisticsCollector):
     "A `StatisticsCollector` usable as a forward hook on many modules (named by `module._hook_name`, or by `attach`)."
     def __call__(self, module, input, output):
-        if recording_paused(): return         # a tool's own extra pass (`paused_recording()`): not counted
+        if recording_paused() or recomputing(): return   # a tool's own extra pass (`paused_recording()`), a checkpoint's recomputation: not counted
         self.call_count += 1
         name = getattr(module, '_hook_name', None)
         if name is None:

@@ -360,3 +360,29 @@ def test_plots_stay_readable_with_24_layers():
     assert len(lines) == 24 and len({(l.get_color(), l.get_linestyle()) for l in lines}) == 24   # 24 distinct colours and styles
     assert len(leg.get_texts()) == 24 and len({t.get_text() for t in leg.get_texts()}) == 24
     plt.close(fig)
+
+def test_a_bare_collector_and_a_debugger_see_a_checkpointed_forward_once():
+    "The collector registered by hand as a forward hook and a debugger's own hook skip a checkpoint's recomputation too."
+    from torch.utils.checkpoint import checkpoint
+    from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
+    from miniai.debuggers import FeatureMapDebugger
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    head = nn.Linear(4, 2)
+    block[0]._hook_name = 'block.0'
+    collector = ActivationStatisticsHook(StatisticsConfig(collect_percentiles=[]))
+    class Counting(FeatureMapDebugger):
+        calls = 0
+        def process_forward(self, module, input, output):
+            type(self).calls += 1
+            return super().process_forward(module, input, output)
+    dbg = Counting('0')
+    for reentrant in (False, True):
+        Counting.calls, collector.call_count = 0, 0
+        h = block[0].register_forward_hook(collector)
+        with dbg.attach(block):
+            for _ in range(3):
+                x = torch.randn(5, 4, requires_grad=True)
+                head(checkpoint(block, x, use_reentrant=reentrant)).sum().backward()
+        h.remove()
+        assert (collector.call_count, Counting.calls) == (3, 3), (reentrant, collector.call_count, Counting.calls)
