@@ -26,13 +26,13 @@ def assert_usage_error(res, tmp_path, *words):
     assert not (tmp_path/'cache').exists(), 'the data was loaded before the usage error'
 
 def test_diagnose_variant_writes_summary(tmp_path):
-    res = run(['--model', 'batchnorm', '--epochs', '1', '--max-batches', '80', '--out', str(tmp_path/'out')], tmp_path)
+    res = run(['--model', 'batchnorm', '--epochs', '1', '--max-batches', '55', '--out', str(tmp_path/'out')], tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path/'out'
     summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
     assert summary['model'] == 'batchnorm' and summary['epochs'] == 1
-    assert summary['max_batches'] == 80 and summary['world_size'] == 1
-    assert summary['accuracy'] > 0.8, summary['accuracy']          # 80 batches of the fixed model already train it
+    assert summary['max_batches'] == 55 and summary['world_size'] == 1
+    assert summary['accuracy'] > 0.8, summary['accuracy']          # 55 batches of the fixed model already train it (0.821)
     assert not any({'dead', 'vanishing'} & set(r['flags']) for r in summary['layers'])
     for name in ('color_dim.png', 'dead_chart.png', 'plot_stats.png'): assert (out/name).stat().st_size > 10_000
     assert sorted(p.name for p in out.iterdir()) == ['color_dim.png', 'dead_chart.png', 'plot_stats.png', 'summary.json']  # no temp files left
