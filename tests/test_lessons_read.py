@@ -43,7 +43,7 @@ def test_drawing_cells_have_their_picture(nb_path):
     for i, cell in enumerate(_cells(nb_path)):
         src = _source(cell)
         d = _directives(src)
-        if d & {'export', 'exports', 'hide', 'eval:false', 'notest'}: continue   # definitions, and what the reader never sees
+        if d & {'export', 'exports', 'eval:false', 'notest'}: continue   # definitions, and cells that never run
         calls = _draw_calls(src)
         if not calls: continue
         if not any('image/png' in o.get('data', {}) for o in cell.get('outputs', [])):

@@ -1,0 +1,40 @@
+"""ActivationStats' plots as a script uses them: each draws once and returns nothing (Jupyter shows the figure once), the
+figure is `astats.fig` to save, panels are titled with the layer names; keeping the callback does not keep its model alive.
+(These were hidden cells of lesson 10 that drew figures only to close them.)"""
+import gc, itertools, weakref
+import matplotlib.pyplot as plt
+import torch.nn.functional as F
+from torch import nn
+import fastcore.all as fc
+from miniai.datasets import fashion_dls, DataLoaders
+from miniai.learner import Learner, TrainCB, SingleBatchCB, baseline_cnn, set_seed
+from miniai.activations import ActivationStats
+
+def _dls(n_train=6):
+    full = fashion_dls(256)
+    return DataLoaders(list(itertools.islice(full.train, n_train)), list(itertools.islice(full.valid, 1)))
+
+def test_plots_return_nothing_save_through_fig_and_title_layers_by_name(tmp_path):
+    set_seed(1)
+    astats = ActivationStats(fc.risinstance(nn.Conv2d))
+    Learner(baseline_cnn(), _dls(), F.cross_entropy, lr=0.6, cbs=[TrainCB(), astats]).fit(1)
+    for name in ('color_dim', 'dead_chart', 'plot_stats'):
+        assert getattr(astats, name)() is None, name          # nothing for Jupyter to show a second time
+        astats.fig.savefig(tmp_path/f'{name}.png'); plt.close(astats.fig)
+        assert (tmp_path/f'{name}.png').stat().st_size > 10_000, name
+    astats.color_dim()
+    try: assert [ax.get_title() for ax in astats.fig.axes[:5]] == ['0.0', '1.0', '2.0', '3.0', '4'] == [h.name for h in astats.hooks]
+    finally: plt.close('all')
+
+def test_keeping_activation_stats_does_not_keep_the_model_alive():
+    dls = _dls(2)
+    def train_and_forget():
+        model = baseline_cnn()
+        a = ActivationStats(grads=True)
+        Learner(model, dls, F.cross_entropy, lr=0.1, cbs=[TrainCB(), SingleBatchCB(), a]).fit(1)
+        return a, weakref.ref(model)
+    kept, model_ref = train_and_forget(); gc.collect()
+    assert model_ref() is None, 'keeping ActivationStats kept the model alive'
+    kept.plot_stats()                                        # and what it kept still draws
+    try: assert len(kept.fig.axes) >= 2
+    finally: plt.close('all')
