@@ -25,10 +25,9 @@ from .kernel import batch_moments, row_moments, pow2_scale
 _all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
 
 # %% auto #0
-__all__ = ['forward_pass', 'own_pass', 'DebugHook', 'BaseDebugger', 'ForwardDebugger', 'check_int', 'check_real',
-           'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger', 'LayerOutputDebugger',
-           'GradCAMDebugger', 'iter_records', 'load_pages', 'debugger_registry', 'build_debugger', 'SequentialDebugger',
-           'DebugCB', 'LayerNotFoundError']
+__all__ = ['forward_pass', 'own_pass', 'DebugHook', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger',
+           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages',
+           'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, layer, arg='layer'):
@@ -192,13 +191,13 @@ def as_lists(d, *keys):
 def _is_int(v): return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 def _is_real(v): return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
-def check_int(owner, name, v, low=1, none=None):
+def _check_int(owner, name, v, low=1, none=None):
     "`v` if it is an int >= `low` (or None when `none` says what None means); else a ValueError naming `owner` and `name`."
     if (v is None and none is not None) or (_is_int(v) and v >= low): return v
     what = {0: 'an int >= 0', 1: 'a positive int'}.get(low, f'an int >= {low}') + (f' (None: {none})' if none else '')
     raise ValueError(f'{owner}: {name} must be {what}, got {v!r}')
 
-def check_real(owner, name, v, positive=False):
+def _check_real(owner, name, v, positive=False):
     "`v` if it is a finite number (> 0 when `positive`); else a ValueError naming `owner` and `name`."
     if _is_real(v) and (v > 0 or not positive): return v
     raise ValueError(f"{owner}: {name} must be a finite {'positive ' if positive else ''}number, got {v!r}")
@@ -208,7 +207,7 @@ class FeatureMapDebugger(ForwardDebugger):
     "Keep the layer's output (its first `max_samples` samples; all when None) and its mean, std, min, max and shape. Costs one copy of what is kept."
     def __init__(self, layer, max_samples=None):
         super().__init__(layer)
-        self.max_samples = check_int('FeatureMapDebugger', 'max_samples', max_samples, none='all samples')
+        self.max_samples = _check_int('FeatureMapDebugger', 'max_samples', max_samples, none='all samples')
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         kept = output.detach() if self.max_samples is None else output.detach()[:self.max_samples]
@@ -227,8 +226,8 @@ class AttentionDebugger(ForwardDebugger):
     "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its mean row entropy, max weight and mean distribution."
     def __init__(self, layer, weights_index=1, eps=1e-8):
         super().__init__(layer)
-        self.weights_index = check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
-        self.eps = check_real('AttentionDebugger', 'eps', eps, positive=True)
+        self.weights_index = _check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
+        self.eps = _check_real('AttentionDebugger', 'eps', eps, positive=True)
     def process_forward(self, module, input, output):
         attn = output
         if isinstance(output, (tuple, list)):
@@ -274,9 +273,9 @@ class ActivationStatsDebugger(ForwardDebugger):
     def __init__(self, layer, sat_low=-1., sat_high=1., n_samples=100):
         super().__init__(layer)
         o = 'ActivationStatsDebugger'
-        self.sat_low, self.sat_high = check_real(o, 'sat_low', sat_low), check_real(o, 'sat_high', sat_high)
+        self.sat_low, self.sat_high = _check_real(o, 'sat_low', sat_low), _check_real(o, 'sat_high', sat_high)
         if sat_low >= sat_high: raise ValueError(f'{o}: sat_low must be below sat_high, got sat_low={sat_low!r}, sat_high={sat_high!r}')
-        self.n_samples = check_int(o, 'n_samples', n_samples, low=0)
+        self.n_samples = _check_int(o, 'n_samples', n_samples, low=0)
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x = as_float(output)
@@ -303,7 +302,7 @@ class LayerOutputDebugger(ForwardDebugger):
     "Save the layer's raw output, average-pooled (`F.avg_pool2d`, floor) by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
     def __init__(self, layer, downsample_factor=4):
         super().__init__(layer)
-        self.downsample_factor = check_int('LayerOutputDebugger', 'downsample_factor (1: no pooling)', downsample_factor)
+        self.downsample_factor = _check_int('LayerOutputDebugger', 'downsample_factor (1: no pooling)', downsample_factor)
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x, k = output.detach(), self.downsample_factor
@@ -610,8 +609,8 @@ class DebugCB(Callback):
     def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
         if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
-        check_int('DebugCB', 'every_epoch (checkpoint_method)', every_epoch)
-        check_int('DebugCB', 'n_inp (the number of inputs in a batch)', n_inp)
+        _check_int('DebugCB', 'every_epoch (checkpoint_method)', every_epoch)
+        _check_int('DebugCB', 'n_inp (the number of inputs in a batch)', n_inp)
         for name, v in (('epochs', epochs), ('batches', batches)):
             if v is not None and not (isinstance(v, (list, tuple, set, frozenset, range)) and all(_is_int(e) and e >= 0 for e in v)):
                 raise ValueError(f'DebugCB: {name} must be None (all) or a list of indices >= 0, got {v!r}')

@@ -43,7 +43,7 @@ def recomputing():
 
 def _call_hook(hook, f, *args, **kwargs):
     "Run `f(hook, ...)` for a forward; for a checkpoint's recomputation of one, `hook.on_recompute(hook, ...)` when set, else nothing."
-    if _graph_task_id() != -1:
+    if recomputing():
         g = hook.on_recompute
         return None if g is None else g(hook, *args, **kwargs)
     return f(hook, *args, **kwargs)
