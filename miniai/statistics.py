@@ -13,7 +13,7 @@ from fastcore.basics import patch
 
 from .kernel import FIELDS, Moments, _as_float
 from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
-from .sketch import _normal_tensors, _Stream, _SAMPLING, _BASE_BYTES, _exact_percentiles, _rank_bound, _sketch_percentiles, _relative_error, _rescale
+from .sketch import _Stream, _SAMPLING, _BASE_BYTES, _exact_percentiles, _rank_bound, _sketch_percentiles, _relative_error, _rescale
 from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names, recomputing
 from .core import write_json, to_host, json_safe, recording_paused
 
@@ -159,7 +159,6 @@ class StatisticsCollector:
         return sum(s.nbytes for s in self._streams.values())
 
     # ----- collecting
-    @_normal_tensors()   # state made inside torch.inference_mode() keeps recording outside it
     def update_statistics(self, name, input, output):
         "Record `input` and `output` (tensors or nests of them) under module name `name`; no host sync."
         cfg = self.config
@@ -425,7 +424,6 @@ def _merge_meta(a, b):
                 total_samples=a['total_samples'] + b['total_samples'], last_updated=max(last) if last else None)
 
 @patch
-@_normal_tensors()
 def merge(self:StatisticsCollector, other):
     "Add everything `other` collected (another collector with the same config) to this collector; it keeps the tighter memory state of the two."
     if not isinstance(other, StatisticsCollector): raise TypeError(f"merge: other must be a StatisticsCollector, got {type(other).__name__}")
@@ -532,7 +530,6 @@ def _load_state(self, sd, device, where):
         self._streams[(d['name'], d['kind'], d['key'])] = s
 
 @patch
-@_normal_tensors()
 def load_state_dict(self:StatisticsCollector, sd, device='cpu'):
     "Replace this collector's state by `sd` (from `state_dict`), on `device`. A malformed `sd` is a `ValueError` naming the field, and the collector keeps what it held."
     if not isinstance(sd, dict): raise ValueError(f"load_state_dict: expected a dict from state_dict(), got {type(sd).__name__}")
