@@ -11,8 +11,7 @@ import torchvision.transforms.functional as TF
 from miniai.datasets import fashion_dls, load_fashion_mnist, DataLoaders, inplace
 from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
 
-def timed(f):
-    t0 = time.perf_counter(); f(); return time.perf_counter() - t0
+from _timing import once as timed   # the bench scripts' one timing helper
 
 def one_pass(dl):
     for b in dl: pass

@@ -18,10 +18,7 @@ def conv_bn(ni, nf, ks=3):
 def bn_cnn():
     return nn.Sequential(conv_bn(1, 8, 5), conv_bn(8, 16), conv_bn(16, 32), conv_bn(32, 64), nn.Conv2d(64, 10, 3, stride=2, padding=1), nn.Flatten())
 
-def timed(f, reps):
-    t0 = time.perf_counter()
-    for _ in range(reps): f()
-    return (time.perf_counter() - t0) / reps
+from _timing import per_call as timed   # the bench scripts' one timing helper: seconds per call of f() over `reps` calls
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser()

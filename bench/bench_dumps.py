@@ -18,14 +18,9 @@ from pathlib import Path
 import numpy as np, torch
 import torch.nn.functional as F
 
-IN_HOOKS = [0.]   # seconds the training thread spent inside saving hooks
-
-def timed(f):
-    def _f(*args, **kwargs):
-        t0 = time.perf_counter()
-        try: return f(*args, **kwargs)
-        finally: IN_HOOKS[0] += time.perf_counter() - t0
-    return _f
+from _timing import Inside, clock   # the bench scripts' one timing helper
+IN_HOOKS = Inside()   # seconds the training thread spent inside saving hooks
+timed = IN_HOOKS.wrap
 
 GATE = dict(seed=True, miniai=True)   # the interleaved bench switches each writer on for its own steps only
 
@@ -83,16 +78,16 @@ def time_mode(mode, batches, tmp, limits=(-1, -1)):
     if mode == 'seed': handles = seed_style_hooks(model, path, 'Conv2d', *limits)
     elif mode == 'miniai':
         hook = SavingHook(model, path, 'Conv2d', max_saved_tensors=limits[0], max_saved_grads=limits[1])
-    IN_HOOKS[0] = 0.
-    t0, c0 = time.perf_counter(), time.process_time()
+    IN_HOOKS.reset()
+    t0, c0 = clock(), time.process_time()
     train(model, batches)
-    t_loop = time.perf_counter() - t0
+    t_loop = clock() - t0
     if hook is not None: hook.remove()      # waits for the writer thread
-    t_all, cpu = time.perf_counter() - t0, time.process_time() - c0
+    t_all, cpu = clock() - t0, time.process_time() - c0
     for h in handles: h.remove()
     n_bytes = sum(f.stat().st_size for f in path.rglob('*.npy'))
     shutil.rmtree(path)
-    return t_loop, t_all, cpu, IN_HOOKS[0], n_bytes
+    return t_loop, t_all, cpu, IN_HOOKS.seconds, n_bytes
 
 def bench_saving(args, tmp, limits=(-1, -1)):
     torch.manual_seed(1)
@@ -131,9 +126,9 @@ def bench_saving(args, tmp, limits=(-1, -1)):
 
 def create_cost(folder, n=40):
     "Microseconds to create an empty file in `folder` (on ext4 it varies with the folder's block group)."
-    t0 = time.perf_counter()
+    t0 = clock()
     for i in range(n): os.close(os.open(folder/f'probe_{i}', os.O_WRONLY | os.O_CREAT | os.O_EXCL))
-    dt = (time.perf_counter() - t0) / n
+    dt = (clock() - t0) / n
     for i in range(n): os.unlink(folder/f'probe_{i}')
     return dt * 1e6
 
@@ -160,13 +155,13 @@ def bench_interleaved(args, tmp, limits=(-1, -1)):
         xb, yb = batches[c % len(batches)]
         for m in rng.permutation(modes):
             GATE.update(seed=m == 'seed', miniai=m == 'miniai')
-            t0 = time.perf_counter()
+            t0 = clock()
             F.cross_entropy(model(xb), yb).backward()
             opt.step(); opt.zero_grad()
-            times[m].append(time.perf_counter() - t0)
+            times[m].append(clock() - t0)
         if (hook.n_tensors, hook.n_grads) != before: last = c
     GATE.update(seed=True, miniai=True)
-    t0 = time.perf_counter(); hook.remove(); t_flush = time.perf_counter() - t0
+    t0 = clock(); hook.remove(); t_flush = clock() - t0
     for h in handles: h.remove()
     n_bytes = {m: sum(f.stat().st_size for f in (root/m).rglob('*.npy')) for m in ('seed', 'miniai')}
     shutil.rmtree(root)
@@ -207,9 +202,9 @@ def compare_only(root):
     try: Path('/proc/self/clear_refs').write_text('5')   # reset the peak (VmHWM) to the current RSS
     except OSError: pass
     rss0 = status('VmRSS')
-    t0 = time.perf_counter()
+    t0 = clock()
     res = compare_dumps(Path(root)/'A', Path(root)/'B', progress=False, verbose=False)
-    dt = time.perf_counter() - t0
+    dt = clock() - t0
     print(json.dumps(dict(seconds=dt, rows=sum(len(v['compared']) for v in res.values()), rss_before_mb=rss0/1024, rss_peak_mb=status('VmHWM')/1024)))
 
 def bench_compare(args, tmp):
@@ -217,9 +212,9 @@ def bench_compare(args, tmp):
     n_files = write_dumps(root, args.compare_mb, dtype=args.compare_dtype)
     total = sum(f.stat().st_size for f in root.rglob('*.npy'))
     files = sorted(root.rglob('*.npy'))
-    t0 = time.perf_counter()
+    t0 = clock()
     for f in files: np.load(f, allow_pickle=False).sum()
-    t_read = time.perf_counter() - t0
+    t_read = clock() - t0
     out = subprocess.run([sys.executable, __file__, '--compare-only', str(root)], capture_output=True, text=True, check=True)
     r = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"## comparing: {2*n_files} files, {total/2**20:.0f} MB in all ({args.compare_dtype}, page cache warm), {os.cpu_count()} cores")

@@ -32,7 +32,7 @@ CONFIGS = {
 
 
 _last_read = [0.]            # seconds the last run_epoch spent reading the statistics after fit
-clock = time.perf_counter   # --clock cpu: time.process_time, the CPU time of this process (all its threads)
+from _timing import clock, Inside   # the bench scripts' one timing helper; --clock cpu: time.process_time, the CPU time of this process (all its threads)
 
 def run_epoch(dls, spec):
     "Seconds for one training epoch with `spec`'s hooks, including one read of the statistics at the end."
@@ -57,15 +57,8 @@ def run_epoch(dls, spec):
     return dt
 
 
-_inside = [0.]
-
-def _timed(f):
-    "`f`, adding the time spent in it to `_inside`."
-    def g(*args, **kwargs):
-        t0 = clock()
-        try: return f(*args, **kwargs)
-        finally: _inside[0] += clock() - t0
-    return g
+_inside = Inside(lambda: clock())   # this script's clock, which --clock cpu changes
+_timed = _inside.wrap
 
 def run_inside(dls, spec):
     "`(time in the hooks and the final read, the rest of the epoch)`: the hook functions themselves are timed."
@@ -73,9 +66,9 @@ def run_inside(dls, spec):
     orig = A.append_stats, S.StatisticsCollector.update_statistics
     A.append_stats, S.StatisticsCollector.update_statistics = _timed(orig[0]), _timed(orig[1])
     try:
-        _inside[0] = 0.
+        _inside.reset()
         dt = run_epoch(dls, spec)   # includes the final read, which is not in the hook functions
-        return dt, _inside[0] + _last_read[0]
+        return dt, _inside.seconds + _last_read[0]
     finally: A.append_stats, S.StatisticsCollector.update_statistics = orig
 
 
@@ -202,7 +195,7 @@ def main_epochs(rounds, names):
 
 def micro(reps=15):
     "Cost of the kernel's pieces on one tensor (the first convolution's output, 1.6M float32 values), in ms."
-    from miniai.kernel import batch_moments, sample_bins, fused_kernel, Recorder, _sample_table, _RUN
+    from miniai.kernel import batch_moments, fused_kernel, Recorder, _sample_table, _RUN, _sample_bins as sample_bins
     from miniai.sketch import QuantileSketch, SketchRecorder
     def torch_ops(x):
         with fused_kernel(False): return batch_moments(x)

@@ -1,83 +1,100 @@
-"""What the hooks cost on the user's clock: a whole `fit(1)` of the lesson-10 baseline, wall clock, torch's default threads.
+"""What the hooks cost: per call as a multiple of one read of the same tensors (a figure that carries from one machine to
+the next), and on the user's clock, a whole `fit(1)` of the lesson-10 baseline (wall clock, torch's default threads).
 
-Each configuration trains a fresh `baseline_cnn()` for one epoch of `fashion_dls(1024)` with validation (59 training and
-10 validation batches, lr 0.6), with its hooks on the model's five convolutions, and reads its statistics once at the end
-(inside the timing). Rounds are interleaved: each round runs every configuration once, in a new random order, and each
-time is divided by the same round's no-hook time; the table gives the median ratio over rounds and its quartiles.
+Per call (`--rounds`, default 20): forwards of `baseline_cnn()` (train mode, no grad) on one FashionMNIST batch of 1024,
+with each configuration's hooks on the five convolutions, in shuffled interleaved rounds; what a configuration adds to a
+forward is its time minus the same round's no-hook forward (median over rounds), and its multiple of the floor is that
+divided by what one read adds: `outp.sum()` of the same outputs (`ActivationStats`, the course's hooks), or of the same
+inputs and outputs (the collector, which records both).
 
-Because whole epochs on a shared VM swing by several percent from round to round, the hook functions are also timed
-from the inside (`perf_counter` around each call): that sum over the epoch, divided by the round's no-hook epoch, is the
-share the hooks themselves take, and divided by the calls, their cost per call.
+Whole fit (`--fit-rounds`, default 5): a fresh model trained for one epoch (59 training, 10 validation batches), statistics
+read once at the end, each configuration once per round in a new random order; each time divided by the same round's
+no-hook time (median and quartiles over rounds).
 
 Configurations:
-  no hooks          the reference
-  one read (floor)  a hook that reads each activation once (`outp.sum()`): the least any statistic of every value costs
+  one read (floor)  a hook that reads each output once (`outp.sum()`); `one read in+out`: each input and output
+  ActivationStats   lesson 10: exact counts, mean, std, dead/overflow fractions and a sampled |x| histogram per batch
+                    (per call: its recorders, `Recorder(minmax=False)`, what its hook runs for each output)
+  StatisticsConfig  the collector with the default config (mean, std, min/max, p95/p99) on inputs and outputs
   course hooks      the course's `append_stats` (to_cpu, mean, std, histc of |x|)
-  ActivationStats   lesson 10: exact counts/mean/std/dead/overflow fractions + a sampled |x| histogram per batch
-  StatisticsConfig  the reference design: ActivationStatisticsHook(StatisticsConfig(mean, std, min/max, p95/p99)) as a
-                    forward hook on every Conv2d and Linear, named by `_hook_name` (inputs and outputs)
-  moments only      the same with collect_percentiles=[] (count, NaN/Inf, mean, std, min, max)
 
---ops: torch ops per hook call on the torch path that other devices run (`fused_kernel(False)`), counted with a
-TorchDispatchMode over one training batch.
+--ops: torch ops per hook call on the torch path that GPUs run (`fused_kernel(False)`), counted with `count_ops`.
+--cold: a fresh process with an empty numba cache (`NUMBA_CACHE_DIR`): its first hooked training step against a plain one.
 
-Usage (repo root): .venv/bin/python bench/bench_wallclock.py --rounds 7 [--ops]
+Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold]
 """
-import argparse, json, random, statistics, time, warnings
+import argparse, json, os, statistics, subprocess, sys, tempfile, warnings
+from pathlib import Path
 import torch, torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
+from _timing import cpu_name, interleaved, quartiles, ratios, once, clock
 from miniai.datasets import fashion_dls
 from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
-from miniai.hooks import HooksCallback
+from miniai.hooks import Hooks, HooksCallback
 import miniai.activations as A
 import miniai.statistics as S
-from miniai.kernel import fused_kernel
+from miniai.kernel import Recorder, fused_kernel
+from miniai.testing import count_ops
 from bench_activations import course_stats   # the course's append_stats, as the other benches run it
-
-clock = time.perf_counter
-inside, calls = [0.], [0]
-
-def timed(f):
-    "`f`, adding the wall time spent in it to `inside` and counting its calls."
-    def g(*args, **kwargs):
-        t0 = clock()
-        try: return f(*args, **kwargs)
-        finally:
-            inside[0] += clock() - t0; calls[0] += 1
-    return g
 
 def one_read(hook, mod, inp, outp):
     if not hasattr(hook, 'sums'): hook.sums = []
     hook.sums.append(outp.detach().sum())
 
-def reference_hook(model, config):
-    "The reference design's registration: every Conv2d and Linear, named by `_hook_name`, `register_forward_hook(hook)`."
-    hook = S.ActivationStatisticsHook(config)
-    hook.update_statistics = timed(hook.update_statistics)
+def one_read_io(hook, mod, inp, outp):
+    if not hasattr(hook, 'sums'): hook.sums = []
+    hook.sums.append((inp[0].detach().sum(), outp.detach().sum()))
+
+def recorders(model):
+    "What ActivationStats' hook runs per output: one `Recorder(minmax=False)` per conv."
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+    recs = [Recorder(minmax=False, seed=i) for i in range(len(convs))]
+    return [m.register_forward_hook(lambda mod, i, o, r=r: r.record(o)) for m, r in zip(convs, recs)]
+
+def collector(model, config=None):
+    "The collector as a forward hook on every Conv2d and Linear, named by `_hook_name` (inputs and outputs)."
+    hook = S.ActivationStatisticsHook(config or S.StatisticsConfig())
     handles = []
     for name, m in model.named_modules():
-        if isinstance(m, (nn.Conv2d, nn.Linear)):
+        if isinstance(m, nn.Conv2d):
             m._hook_name = name
             handles.append(m.register_forward_hook(hook))
     return hook, handles
 
-CONFIGS = ['no hooks', 'one read (floor)', 'course hooks', 'ActivationStats', 'StatisticsConfig', 'moments only']
+def convs(model): return [m for m in model.modules() if isinstance(m, nn.Conv2d)]
 
-def run(dls, name):
-    "Seconds of one `fit(1)` with `name`'s hooks, and the seconds spent inside the hook functions."
+PER_CALL = ['no hooks', 'one read (floor)', 'one read in+out', 'ActivationStats', 'StatisticsConfig', 'course hooks']
+
+def per_call(x, rounds):
+    "Seconds per forward with each configuration's hooks (lists over rounds)."
+    set_seed(1)
+    model = baseline_cnn().train()
+    def fwd(attach):
+        def f():
+            handles = attach()
+            try:
+                with torch.no_grad(): model(x)
+            finally:
+                for h in handles: h.remove()
+        return f
+    fns = {'no hooks': fwd(lambda: []),
+           'one read (floor)': fwd(lambda: Hooks(convs(model), one_read)),
+           'one read in+out': fwd(lambda: Hooks(convs(model), one_read_io)),
+           'ActivationStats': fwd(lambda: recorders(model)),
+           'StatisticsConfig': fwd(lambda: collector(model)[1]),
+           'course hooks': fwd(lambda: Hooks(convs(model), course_stats))}
+    interleaved(fns, 3, reps=2)                       # warm up: compile the loops, fill caches
+    return interleaved(fns, rounds, reps=3)
+
+FIT = ['no hooks', 'ActivationStats', 'StatisticsConfig', 'course hooks']
+
+def fit_once(dls, name):
     set_seed(1)
     model = baseline_cnn()
     cbs, handles, hook, astats = [TrainCB()], [], None, None
-    inside[0], calls[0] = 0., 0
-    if name == 'ActivationStats':
-        orig, A.append_stats = A.append_stats, timed(A.append_stats)   # the callback takes the hook function when built
-        try: cbs.append(astats := A.ActivationStats(nn.Conv2d))
-        finally: A.append_stats = orig
-    elif name == 'course hooks': cbs.append(HooksCallback(timed(course_stats), nn.Conv2d))
-    elif name == 'one read (floor)': cbs.append(HooksCallback(timed(one_read), nn.Conv2d))
-    elif name == 'StatisticsConfig': hook, handles = reference_hook(model, S.StatisticsConfig(collect_percentiles=[95, 99]))
-    elif name == 'moments only': hook, handles = reference_hook(model, S.StatisticsConfig(collect_percentiles=[], max_samples=None))
+    if name == 'ActivationStats': cbs.append(astats := A.ActivationStats(nn.Conv2d))
+    elif name == 'course hooks': cbs.append(HooksCallback(course_stats, nn.Conv2d))
+    elif name == 'StatisticsConfig': hook, handles = collector(model)
     learn = Learner(model, dls, loss_func=F.cross_entropy, lr=0.6, cbs=cbs)
     t0 = clock()
     learn.fit(1)
@@ -85,68 +102,90 @@ def run(dls, name):
     if astats is not None: [h.stats[1] for h in astats.hooks]
     dt = clock() - t0
     for h in handles: h.remove()
-    return dt, inside[0], calls[0]
+    return dt
 
-class count_ops(TorchDispatchMode):
-    def __init__(self): super().__init__(); self.n = 0
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += 1
-        return func(*args, **(kwargs or {}))
-
-def ops_per_call(dls):
-    "Torch ops per hook call on the torch path, for ActivationStats and the reference design's default config."
-    x, y = next(iter(dls.train))
+def ops_per_call(x):
+    "Torch ops per hook call on the torch path: ActivationStats' recorders and the collector (its kernel share and the rest)."
     res = {}
     for name in ('ActivationStats', 'StatisticsConfig'):
         set_seed(1)
         model = baseline_cnn()
-        with fused_kernel(False):
-            model(x)                                  # warm up: compile nothing inside the count
+        with fused_kernel(False), torch.no_grad():
+            model(x)
             with count_ops() as plain: model(x)
-            if name == 'ActivationStats':
-                hooks = A.Hooks([m for m in model.modules() if isinstance(m, nn.Conv2d)], A.append_stats)
-                model(x)
-                with count_ops() as hooked: model(x)
-                hooks.remove(); n_calls = len(hooks)
-            else:
-                hook, handles = reference_hook(model, S.StatisticsConfig())
-                model(x)
-                with count_ops() as hooked: model(x)
-                for h in handles: h.remove()
-                n_calls = len(handles)
-        res[name] = (hooked.n - plain.n) / n_calls
+            handles = recorders(model) if name == 'ActivationStats' else collector(model)[1]
+            model(x)
+            with count_ops() as hooked: model(x)
+            for h in handles: h.remove()
+        res[name] = (hooked.n - plain.n) / len(handles)
     return res
+
+COLD = """
+import sys, torch, torch.nn.functional as F
+sys.path.insert(0, "bench")
+from _timing import clock
+from torch import nn
+from miniai.learner import baseline_cnn, set_seed
+from miniai.kernel import Recorder
+set_seed(1); model = baseline_cnn(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))
+def step():
+    t0 = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t0
+plain = [step() for _ in range(3)][-1]
+recs = [Recorder(minmax=False) for m in model.modules() if isinstance(m, nn.Conv2d)]
+hs = [m.register_forward_hook(lambda mod, i, o, r=r: r.record(o)) for m, r in zip([m for m in model.modules() if isinstance(m, nn.Conv2d)], recs)]
+first = step()
+print(plain, first)
+"""
+
+def cold_start():
+    "A plain training step and the first hooked one, in a fresh process with an empty numba cache."
+    with tempfile.TemporaryDirectory() as d:
+        env = {**os.environ, 'NUMBA_CACHE_DIR': d}
+        env.pop('MINIAI_FUSED', None)
+        out = subprocess.run([sys.executable, '-c', COLD], capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode: raise RuntimeError(f'the cold-start process failed:\n{out.stderr[-2000:]}')
+    plain, first = map(float, out.stdout.split())
+    return plain, first
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--rounds', type=int, default=7)
+    p.add_argument('--rounds', type=int, default=20, help='rounds of the per-call measurement')
+    p.add_argument('--fit-rounds', type=int, default=5, help='rounds of whole fit(1)s (0: none)')
     p.add_argument('--ops', action='store_true', help='also count torch ops per hook call on the torch path')
+    p.add_argument('--cold', action='store_true', help='also time a cold start (fresh numba cache)')
     p.add_argument('--json', help='write the raw timings here')
     args = p.parse_args()
     warnings.filterwarnings('ignore')
     dls = fashion_dls(1024)
-    for name in CONFIGS: run(dls, name)                # warm up: compile the loops, fill caches
-    times = {n: [] for n in CONFIGS}
-    ins = {n: [] for n in CONFIGS}
-    ncalls = {}
-    rng = random.Random(0)
-    for r in range(args.rounds):
-        order = CONFIGS[:]; rng.shuffle(order)
-        for name in order:
-            dt, ti, nc = run(dls, name)
-            times[name].append(dt); ins[name].append(ti); ncalls[name] = nc
-        print(f'round {r}: ' + ', '.join(f'{n} {times[n][-1]:.2f}s' for n in CONFIGS), flush=True)
-    base = times['no hooks']
-    print(f"\nthreads {torch.get_num_threads()}, torch {torch.__version__}, {args.rounds} rounds; no-hook fit(1): median {statistics.median(base):.2f} s")
-    print(f"| configuration | whole fit(1), median ratio (quartiles) | inside the hooks, share of the no-hook fit | per hook call |")
-    print(f"|---|---|---|---|")
-    for name in CONFIGS[1:]:
-        ratios = sorted(t / b for t, b in zip(times[name], base))
-        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-        share = statistics.median(i / b for i, b in zip(ins[name], base))
-        per = statistics.median(ins[name]) / max(ncalls[name], 1) * 1e6 if ncalls[name] else float('nan')
-        print(f"| {name} | **{statistics.median(ratios):.3f}x** ({q[0]:.3f}-{q[2]:.3f}) | {share:.1%} | {per:.0f} µs ({ncalls[name]} calls) |")
-    if args.ops: print('\ntorch ops per hook call on the torch path (fused_kernel(False)):', {k: round(v, 1) for k, v in ops_per_call(dls).items()})
-    if args.json: json.dump(dict(times=times, inside=ins, calls=ncalls), open(args.json, 'w'))
+    x, _ = next(iter(dls.train))
+    with fused_kernel(True): Recorder().record(torch.ones(100))   # the compiled loops ready (compiled or loaded) before any timing
+    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    t = per_call(x, args.rounds)
+    base = t['no hooks']
+    added = {n: statistics.median(a - b for a, b in zip(t[n], base)) for n in PER_CALL[1:]}
+    floor = {'ActivationStats': 'one read (floor)', 'course hooks': 'one read (floor)', 'StatisticsConfig': 'one read in+out'}
+    print(f"\nPer forward, {args.rounds} shuffled rounds (no-hook forward {statistics.median(base)*1e3:.2f} ms):")
+    print("| what the hooks on five convs add to one forward | ms | multiple of one read |")
+    print("|---|---|---|")
+    for n in PER_CALL[1:]:
+        mult = f"**{added[n] / added[floor[n]]:.1f}x** ({'outputs' if floor[n] == 'one read (floor)' else 'inputs and outputs'})" if n in floor else '1'
+        print(f"| {n} | {added[n]*1e3:.3f} | {mult} |")
+    res = dict(per_call=t)
+    if args.fit_rounds:
+        for n in FIT: fit_once(dls, n)          # warm up
+        ft = interleaved({n: (lambda n=n: fit_once(dls, n)) for n in FIT}, args.fit_rounds)
+        print(f"\nWhole fit(1), {args.fit_rounds} shuffled rounds (no-hook fit {statistics.median(ft['no hooks']):.2f} s):")
+        print("| configuration | fit(1) time, median ratio to no hooks (quartiles) |")
+        print("|---|---|")
+        for n in FIT[1:]:
+            m, q1, q3 = quartiles(ratios(ft[n], ft['no hooks']))
+            print(f"| {n} | **{m:.3f}x** ({q1:.3f}-{q3:.3f}) |")
+        res['fit'] = ft
+    if args.ops: print('\ntorch ops per hook call on the torch path (fused_kernel(False)):', {k: round(v, 1) for k, v in ops_per_call(x).items()})
+    if args.cold:
+        plain, first = cold_start()
+        print(f"\ncold start (empty numba cache): plain step {plain*1e3:.0f} ms, first hooked step {first*1e3:.0f} ms ({first/plain:.2f}x)")
+    if args.json: json.dump(res, open(args.json, 'w'))
 
 if __name__ == '__main__': main()

@@ -6,7 +6,8 @@ Docs: https://miniai.github.io/miniai/activations.html.md"""
 
 # %% ../nbs/10_activations.ipynb #62280939
 from __future__ import annotations
-import math, numbers, collections
+import math, numbers, collections, weakref
+from functools import partial
 import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
 
@@ -14,73 +15,55 @@ from .datasets import *
 from .learner import *
 from .kernel import *
 from .hooks import *
+from .hooks import default_layers
+from .hooks import HookFn, tensor_items, skip_reason, other_names
 from .findings import *
+from .findings import format_finding
+from .findings import finding
 
 # %% auto #0
-__all__ = ['RecordedStats', 'main_recorder', 'append_stats', 'append_grads', 'get_hist', 'get_min', 'ActivationStats', 'diagnose',
-           'format_diagnosis', 'Hook', 'Hooks', 'HooksCallback']
+__all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
+           'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #291ec613
 _all_ = ['Hook', 'Hooks', 'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #ad91733e
-def _recorder(hook, key):
-    rec = hook.recorders.get(key)
-    if rec is None: rec = hook.recorders[key] = Recorder(**getattr(hook, 'rec_kwargs', {}))
-    return rec
-
-class RecordedStats:
-    "The course's `hook.stats` triple `(means, stds, histograms)`, read from the hook's device buffers when indexed."
-    def __init__(self, hook): self.hook = hook
-    def _main(self):
-        rec = main_recorder(self.hook)
-        if rec is None: raise ValueError(f"layer {self.hook.name} recorded no statistics")
-        return rec
-    def __getitem__(self, i): return self._main().stats[i]
+class _CourseStats:
+    "The course's `hook.stats` triple `(means, stds, histograms)` of one `Recorder` (`rec`), read from the device when indexed."
+    def __init__(self, rec, name): self.rec, self.name = rec, name
+    def __iter__(self):
+        r = self.rec
+        return iter((r.means, r.stds, list(r.hists)))
+    def __getitem__(self, i): return tuple(self)[i]
     def __len__(self): return 3
-    def __iter__(self): return iter(self._main().stats)
-    def __repr__(self): return f"RecordedStats({self.hook.name})"
+    def __repr__(self): return f"stats of {self.name}: {len(self.rec)} batches (means, stds, histograms)"
 
 def main_recorder(h):
-    "The `Recorder` of hook `h`'s first output, or None when it recorded nothing."
-    rec = next((r for k, r in getattr(h, 'recorders', {}).items() if not k.startswith('grad.')), None)
+    "The `Recorder` of hook `h`'s first output (an `ActivationStats` hook, or one that `append_stats` records), or None when it recorded nothing."
+    s = getattr(h, 'stats', None)
+    rec = s.rec if isinstance(s, _CourseStats) else None
     return rec if rec is not None and len(rec) else None
 
 # %% ../nbs/10_activations.ipynb #53d4d7b1
 def append_stats(hook, mod, inp, outp):
-    "Record mean, std and |x| histogram of every float tensor in `outp` (and its gradient when `hook.grads`) on `hook`; `hook.stats` reads them."
-    if not hasattr(hook, 'recorders'): hook.recorders, hook.skipped = {}, {}
-    if 'stats' not in hook.__dict__: hook.stats = RecordedStats(hook)
-    items = tensor_items(outp)
-    if not items: hook.skipped['0'] = f'output is {type(outp).__name__}, not a tensor'
-    for key, t in items:
-        reason = skip_reason(t)
-        if reason: hook.skipped[key] = reason; continue
-        _recorder(hook, key).record(t)
-        if getattr(hook, 'grads', False) and t.requires_grad and torch.is_grad_enabled():
-            t.register_hook(HookFn(_recorder(hook, 'grad.' + key).record))   # records nothing while recording is paused
-    if getattr(hook, 'grads', False) and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
-        hook.grads_owed = getattr(hook, 'grads_owed', 0) + 1            # its recomputation in backward hooks the gradient
-
-def append_grads(hook, mod, inp, outp):
-    "A checkpoint's recomputation (during backward) of a forward that `append_stats` recorded without grad: hook only the gradients of `outp`, so they are recorded once per backward."
-    if not getattr(hook, 'grads_owed', 0): return     # that forward hooked its gradients itself (`use_reentrant=False`)
-    if not torch.is_grad_enabled(): return             # a nested checkpoint's forward, again without grad: its own recomputation hooks them
-    hook.grads_owed -= 1
-    for key, t in tensor_items(outp):
-        if skip_reason(t) is None and t.requires_grad and torch.is_grad_enabled():
-            t.register_hook(HookFn(_recorder(hook, 'grad.' + key).record))
+    "The course's hook function, on the device: record mean, std and |x| histogram of `outp` (its first float tensor) in `hook.stats`, the course's triple."
+    if 'stats' not in hook.__dict__: hook.stats = _CourseStats(Recorder(minmax=False), hook.name)
+    t = next((t for _, t in tensor_items(outp) if skip_reason(t) is None), None)
+    if t is not None: hook.stats.rec.record(t)
 
 # %% ../nbs/10_activations.ipynb #885ad113
 def get_hist(h):
     "The histograms of hook `h` as an image: bins (rows, overflow last) by batches, log1p of the counts."
-    return torch.stack(list(h.stats[2])).t().float().log1p()
+    s = h.stats
+    hists = s.rec.hists if isinstance(s, _CourseStats) else torch.stack(list(s[2]))
+    return hists.t().float().log1p()
 
 def get_min(h):
     "Fraction of each batch's finite values in the lowest histogram bin (|x| < 0.25 by default), exact; 0 for a batch without finite values."
-    rec = main_recorder(h)
-    if rec is not None: return rec.dead.nan_to_num(0.).float()      # the exact count over the exact count
-    h1 = torch.stack(list(h.stats[2])).t().float()                   # a course-style hook's histograms
+    s = h.stats
+    if isinstance(s, _CourseStats): return s.rec.dead.nan_to_num(0.).float()      # the exact count over the exact count
+    h1 = torch.stack(list(s[2])).t().float()                                       # a course-style hook's histograms
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
@@ -114,32 +97,102 @@ def _styles(n):
     cmap = plt.get_cmap('tab20')
     return [dict(color=cmap(i % 20), linestyle=('-', '--', ':', '-.')[i // 20 % 4]) for i in range(n)]
 
+class _StatsHook(Hook):
+    "A hook of `ActivationStats` (`owner`, held weakly): its `stats` (the course's triple) and `recorders` read the callback's training recorders of its layer."
+    def __init__(self, m, f, name=None, owner=None, **kwargs):
+        super().__init__(m, f, name=name, **kwargs)
+        self._owner = owner
+    @property
+    def recorders(self):
+        "{output key: `Recorder`} of this layer's training forwards ('0', '1'... and 'grad.0'... with `grads`)."
+        return self._owner().recorders['train'].get(self.name, {})
+    @property
+    def stats(self):
+        "The course's triple `(means, stds, histograms)` of this layer's first output, training batches."
+        rec = self._owner().series().get(self.name)
+        return _CourseStats(Recorder() if rec is None else rec, self.name)
+
+_PHASES = ('train', 'valid')
+
 @other_names
 class ActivationStats(HooksCallback):
-    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch."
+    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch, and on validation batches in series of their own with `on_valid`."
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
                  on_train=True, on_valid=False):
         _check_stats_args(bins, hi)
-        super().__init__(append_stats, layers, on_train=on_train, on_valid=on_valid, every=every, recompute=append_grads)
-        self.grads = grads
-        self.rec_kwargs = dict(bins=bins, hi=hi, sample=sample, exact=exact, minmax=False)   # the lesson reads no min or max
+        super().__init__(None, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=partial(_StatsHook, owner=weakref.ref(self)))
+        self.exact, self.grads, self.bins, self.hi, self.sample = exact, grads, bins, hi, sample
+        self.names, self.recorders, self.skipped = [], {p: {} for p in _PHASES}, {}
 
     def before_fit(self, learn):
         joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
         super().before_fit(learn)
         if joined: return
-        for i, h in enumerate(self.hooks):
-            h.grads, h.recorders, h.skipped, h.stats, h.grads_owed = self.grads, {}, {}, RecordedStats(h), 0
-            h.rec_kwargs = {**self.rec_kwargs, 'seed': i}
         self.names = [h.name for h in self.hooks]
+        # phase -> layer -> output key ('0', '1'..., 'grad.0'...) -> Recorder: the first output's made now, the others when first recorded
+        self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
+        self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
+        self._seeds = {n: i for i, n in enumerate(self.names)}  # each layer's sample draws, the same in both phases
+        self._grads_owed = dict.fromkeys(self.names, 0)         # forwards run without grad whose recomputation hooks the gradients
+        for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
+            if on:
+                for name, recs in self.recorders[phase].items(): self._recorder(recs, name, '0')
 
-    def _plotted(self):
-        "The hooks that recorded something; the others are named (with why) in the figure's title, or in an error if none did."
-        have = [h for h in self if main_recorder(h) is not None]
-        none = [f"{h.name} ({'; '.join(f'{k}: {r}' for k, r in getattr(h, 'skipped', {}).items()) or 'nothing recorded'})"
-                for h in self if main_recorder(h) is None]
-        if not have: raise ValueError(f"no hooked layer recorded statistics to plot: {', '.join(none) or 'no layers hooked'}")
-        return have, ('no data: ' + ', '.join(none)) if none else None
+    def _recorder(self, recs, name, key):
+        "The recorder of output `key` in `recs` (layer `name`'s of one phase), made when first asked for."
+        rec = recs.get(key)
+        if rec is None: rec = recs[key] = Recorder(bins=self.bins, hi=self.hi, sample=self.sample, exact=self.exact, minmax=False, seed=self._seeds[name])
+        return rec
+
+    def hook(self, hook, mod, inp, outp):
+        "Record mean, std and |x| histogram of every float tensor in `outp` (and of its gradient, with `grads`) in the recorders of `hook`'s layer, for this phase."
+        name = hook.name
+        recs = self.recorders['train' if self._training else 'valid'][name]
+        items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
+        if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
+        grads = self.grads and torch.is_grad_enabled()
+        for key, t in items:
+            if not (t.is_floating_point() and t.numel()): self.skipped[name][key] = skip_reason(t); continue
+            rec = recs.get(key)
+            if rec is None: rec = self._recorder(recs, name, key)
+            rec.record(t)
+            if grads and t.requires_grad: t.register_hook(HookFn(self._recorder(recs, name, 'grad.' + key).record))   # nothing while paused
+        if self.grads and self._training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
+            self._grads_owed[name] += 1                                      # its recomputation in backward hooks the gradients
+
+    def recompute(self, hook, mod, inp, outp):
+        "A checkpoint's recomputation (during backward) of a training forward recorded without grad: hook only the gradients of `outp`, so that they are recorded once per backward."
+        name = hook.name
+        if not self._grads_owed.get(name): return     # that forward hooked its gradients itself (`use_reentrant=False`)
+        if not torch.is_grad_enabled(): return         # a nested checkpoint's forward, again without grad: its own recomputation hooks them
+        self._grads_owed[name] -= 1
+        recs = self.recorders['train'][name]
+        for key, t in tensor_items(outp):
+            if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._recorder(recs, name, 'grad.' + key).record))
+
+    def series(self, phase='train'):
+        "{layer name: `Recorder` of its first output} for the layers that recorded something in `phase`: 'train', or 'valid' (the evaluation-mode forwards that `on_valid` records)."
+        if phase not in _PHASES: raise ValueError(f"series: `phase` is 'train' or 'valid', got {phase!r}")
+        res = {}
+        for name, recs in self.recorders[phase].items():
+            for key, rec in recs.items():
+                if rec.n_batches and not key.startswith('grad.'): res[name] = rec; break
+        return res
+
+    def all_reduce(self, group=None):
+        "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Returns how many were merged (0 when not distributed)."
+        from miniai.kernel import sync_recorders
+        recs = [recs[k] for phase in _PHASES for recs in self.recorders[phase].values() for k in sorted(recs)]
+        return sync_recorders(recs, group)
+
+    def _plotted(self, phase):
+        "The series of `phase` to draw; the layers without one are named (with why) in the figure's title, or in an error if none has one."
+        series = self.series(phase)
+        if series and len(series) == len(self.names): return series, None
+        none = [f"{n} ({'; '.join(f'{k}: {r}' for k, r in self.skipped.get(n, {}).items()) or 'nothing recorded'})"
+                for n in self.names if n not in series]
+        if not series: raise ValueError(f"no hooked layer recorded {phase} statistics to plot: {', '.join(none) or 'no layers hooked'}")
+        return series, 'no data: ' + ', '.join(none)
 
     def _grid(self, n, figsize):
         "Axes for `n` layers: the lesson's grid up to `_FEW_LAYERS`; more: up to 8 columns, the figure growing with them (capped)."
@@ -149,54 +202,53 @@ class ActivationStats(HooksCallback):
         if figsize is None: figsize = (min(2.4 * ncols, 20.), min(1.9 * nrows + 0.5, 24.))
         return get_grid(n, nrows=nrows, ncols=ncols, figsize=figsize, squeeze=False, layout='constrained')
 
-    def _finish_fig(self, fig, axes, hooks, note, xlabel, ylabel):
-        many = len(hooks) > _FEW_LAYERS
-        titles = _short_names([h.name for h in hooks]) if many else [h.name for h in hooks]
+    def _finish_fig(self, fig, axes, names, note, xlabel, ylabel):
+        many = len(names) > _FEW_LAYERS
+        titles = _short_names(names) if many else names
         for ax, t in zip(axes.flat, titles):
             ax.set_title(t, fontsize=8 if many else 10)
             if many: ax.tick_params(labelsize=7)
             else: ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
         if many: fig.supxlabel(xlabel, fontsize=9); fig.supylabel(ylabel, fontsize=9)   # once for the grid
-        for ax in list(axes.flat)[len(hooks):]: ax.set_axis_off()
+        for ax in list(axes.flat)[len(names):]: ax.set_axis_off()
         if note: fig.suptitle(note, fontsize=9)
         self.fig = fig
 
-    def color_dim(self, figsize=None):
+    def color_dim(self, figsize=None, phase='train'):
         "Draw (and keep as `self.fig`) one image per layer: batches left to right, |x| bins bottom (0) to top (overflow), brightness log1p(count)."
-        hooks, note = self._plotted()
-        fig, axes = self._grid(len(hooks), figsize)
-        hists = [get_hist(h) for h in hooks]
-        scale = dict(vmin=0., vmax=max(float(im.max()) for im in hists) or 1.) if len(hooks) > _FEW_LAYERS else {}   # one scale, shown
-        for ax, im in zip(axes.flat, hists):
-            img = show_image(im, ax, origin='lower', noframe=False, aspect='auto', **scale).images[0]
-        if scale: fig.colorbar(img, ax=axes.ravel().tolist(), shrink=0.6, label='log1p(count)')
-        self._finish_fig(fig, axes, hooks, note, 'batch', '|activation| bin')
+        series, note = self._plotted(phase)
+        fig, axes = self._grid(len(series), figsize)
+        many = len(series) > _FEW_LAYERS      # one colour scale for all, shown in a colour bar
+        scale = dict(vmin=0., vmax=math.log1p(max(float(rec.hists.max()) for rec in series.values())) or 1.) if many else {}
+        for ax, rec in zip(axes.flat, series.values()):
+            img = show_image(rec.hists.t().float().log1p(), ax, origin='lower', noframe=False, aspect='auto', **scale).images[0]
+        if many: fig.colorbar(img, ax=axes.ravel().tolist(), shrink=0.6, label='log1p(count)')
+        self._finish_fig(fig, axes, list(series), note, 'batch', '|activation| bin')
 
-    def dead_chart(self, figsize=None):
+    def dead_chart(self, figsize=None, phase='train'):
         "Draw (and keep as `self.fig`) one plot per layer: the fraction of activations with |x| below the first bin edge, per batch."
-        hooks, note = self._plotted()
-        fig, axes = self._grid(len(hooks), figsize)
-        edge = self.rec_kwargs['hi'] / self.rec_kwargs['bins']
-        for ax, h in zip(axes.flat, hooks):
-            ax.plot(get_min(h)); ax.set_ylim(0, 1)
-        self._finish_fig(fig, axes, hooks, note, 'batch', f'fraction |x| < {edge:g}')
+        series, note = self._plotted(phase)
+        fig, axes = self._grid(len(series), figsize)
+        for ax, rec in zip(axes.flat, series.values()):
+            ax.plot(rec.dead.nan_to_num(0.).float()); ax.set_ylim(0, 1)
+        self._finish_fig(fig, axes, list(series), note, 'batch', f'fraction |x| < {self.hi / self.bins:g}')
 
-    def plot_stats(self, figsize=(10, 4), grads=None):
+    def plot_stats(self, figsize=(10, 4), grads=None, phase='train'):
         "Draw (and keep as `self.fig`) means and standard deviations per batch for every layer (and of their gradients when recorded)."
         grads = self.grads if grads is None else grads
         rows = 2 if grads else 1
-        hooks, note = self._plotted()
-        many = len(hooks) > _FEW_LAYERS
-        labels = _short_names([h.name for h in hooks]) if many else [h.name for h in hooks]
+        series, note = self._plotted(phase)
+        many = len(series) > _FEW_LAYERS
+        labels = _short_names(list(series)) if many else list(series)
         # many layers: the legend right of the panels, in as many columns as the figure's height needs, the figure wider by them
-        ncol = math.ceil(len(hooks) / max(1, int((figsize[1] * rows - 0.4) / 0.19))) if many else 0
+        ncol = math.ceil(len(series) / max(1, int((figsize[1] * rows - 0.4) / 0.19))) if many else 0
         extra = min(ncol * (0.55 + 0.075 * max(map(len, labels))), 8.) if many else 0
         fig, axs = plt.subplots(rows, 2, figsize=(figsize[0] + extra, figsize[1]*rows), squeeze=False, layout='constrained')
         if note: fig.suptitle(note, fontsize=9)
-        for h, label, style in zip(hooks, labels, _styles(len(hooks)) if many else [{}] * len(hooks)):
-            axs[0, 0].plot(h.stats[0], label=label, **style); axs[0, 1].plot(h.stats[1], label=label, **style)
-            if grads and 'grad.0' in h.recorders:
-                g = h.recorders['grad.0']
+        for (name, rec), label, style in zip(series.items(), labels, _styles(len(series)) if many else [{}] * len(series)):
+            axs[0, 0].plot(rec.means, label=label, **style); axs[0, 1].plot(rec.stds, label=label, **style)
+            g = self.recorders[phase][name].get('grad.0') if grads else None
+            if g is not None and g.n_batches:
                 axs[1, 0].plot(g.means, label=label, **style); axs[1, 1].semilogy(g.stds, label=label, **style)
         titles = ['Means', 'Stdevs', 'Gradient means', 'Gradient stdevs']
         for ax, t in zip(axs.flat, titles):
@@ -210,39 +262,58 @@ def _flag(f):
     "The short text of finding `f` in a row's `flags`."
     return f"skipped {f['output']}: {f['value']}" if f['issue'] == 'skipped' else f['issue']
 
+def _streams(recs):
+    "The output streams (key, `Recorder`) of one layer that recorded something, first output first; gradients left out."
+    return [(k, r) for k, r in recs.items() if r.n_batches and not k.startswith('grad.')]
+
+def _row(layer, rec, tail, th):
+    "The row of `diagnose` for one output stream `rec`, over the last `tail` of its batches."
+    k = max(1, int(round(len(rec) * tail)))
+    has = rec.moments.count[-k:] > 0      # batches with finite values
+    def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
+    bad = rec.nonfinite
+    row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
+    total = int((rec.moments.count + bad).sum())
+    found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total, thresholds=th)
+    if row['nonfinite']:      # where it starts: the first recorded batch with a NaN or Inf
+        batch = int(bad.nonzero()[0, 0])
+        for f in found:
+            if f['measure'] == 'nonfinite': f['batch'] = batch
+    return row, found
+
 @fc.patch
-def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, **limits):
-    "One row per layer over the last `tail` of the recorded batches: statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give."
+def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', **limits):
+    "One row per layer and output stream over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give."
     if isinstance(tail, bool) or not isinstance(tail, numbers.Real) or not 0 < tail <= 1:   # NaN fails `0 < tail` too
         raise ValueError(f"diagnose: `tail` is the fraction of the recorded batches to read, from the last, in (0, 1] (0.1: the last tenth), got {tail!r}")
+    if phase not in _PHASES: raise ValueError(f"diagnose: `phase` is 'train' or 'valid', got {phase!r}")
     th = thresholds.but(**limits) if limits else thresholds
     rows = []
-    for h in self:
-        rec = main_recorder(h)
-        if rec is None:
-            row = dict(layer=h.name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0)
-            found = [finding(h.name, 'not recorded', None, None)]
-            found += [finding(h.name, 'skipped', r, None, output=k) for k, r in getattr(h, 'skipped', {}).items()]
-        else:
-            k = max(1, int(round(len(rec) * tail)))
-            has = rec.moments.count[-k:] > 0      # batches with finite values
-            def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
-            row = dict(layer=h.name, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated),
-                       nonfinite=int(rec.nonfinite.sum()))
-            total = int((rec.moments.count + rec.nonfinite).sum())
-            found = judge(h.name, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total, thresholds=th)
-        row['findings'] = found
-        row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
-        rows.append(row)
+    for name in self.names:
+        streams = _streams(self.recorders[phase].get(name, {}))
+        if not streams:
+            row = dict(layer=name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0)
+            found = [finding(name, 'not recorded', None, None)]
+            found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
+            streams = [(None, (row, found))]
+        else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th)) for i, (key, rec) in enumerate(streams)]
+        for key, (row, found) in streams:
+            row['output'], row['findings'] = key, found
+            row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
+            rows.append(row)
+    first = min((f for r in rows for f in r['findings'] if 'batch' in f), key=lambda f: f['batch'], default=None)
+    if first is not None: first['first'] = True     # the first NaN/Inf of the run: the earliest batch, the first layer in it
     return rows
 
 # %% ../nbs/10_activations.ipynb #2764b131
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table; the layer column is as wide as the longest name (at least 14)."
+    "The rows of `diagnose` as a fixed-width text table; the layer column is as wide as the longest name (at least 14). A last line says where the first NaN/Inf appeared, when one did."
     w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
     lines = [f"{'layer':<{w}}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
     def num(v): return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
     for r in rows:
         lines.append(f"{str(r['layer']):<{w}}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
                      f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
+    first = next((f for r in rows for f in r.get('findings', ()) if f.get('first')), None)
+    if first is not None: lines.append(f"first NaN/Inf: layer {first['layer']}, batch {first['batch']} (of the recorded batches, from 0)")
     return '\n'.join(lines)

@@ -6,12 +6,12 @@ Docs: https://miniai.github.io/miniai/augment.html.md"""
 
 # %% ../nbs/14_augment.ipynb #b7896fed
 from __future__ import annotations
-import random, numbers, contextlib
+import random, contextlib
 import torch, fastcore.all as fc
 from torch import nn
 from torch.nn import init
 
-from .core import paused_recording
+from .core import paused_recording, check_arg
 from .datasets import *
 from .conv import *
 from .learner import *
@@ -22,8 +22,7 @@ from .sgd import *
 from .resnet import *
 
 # %% auto #0
-__all__ = ['ModelSummary', 'summary', 'show_image_batch', 'CapturePreds', 'capture_preds', 'rand_erase', 'RandErase', 'rand_copy',
-           'RandCopy']
+__all__ = ['summary', 'show_image_batch', 'CapturePreds', 'capture_preds', 'rand_erase', 'RandErase', 'rand_copy', 'RandCopy']
 
 # %% ../nbs/14_augment.ipynb #9ec22bf3
 def _flops(p, h, w):
@@ -49,6 +48,8 @@ class ModelSummary:
 
 def _fmt_mflops(v): return '-' if v is None else f'{v:.1f}'
 
+
+# %% ../nbs/14_augment.ipynb #7f47ac09
 def _shape(o):
     items = tensor_items(o)
     return tuple(items[0][1].shape) if items else None
@@ -115,8 +116,7 @@ class _StopBeforeStep(Callback):
 @fc.delegates(show_images)
 def show_image_batch(self:Learner, max_n=9, cbs=None, **kwargs):
     "Show the first `max_n` images of a training batch after the learner's batch callbacks and `cbs` transformed it; the model is not trained, nothing is recorded."
-    if isinstance(max_n, bool) or not isinstance(max_n, numbers.Integral) or max_n < 1:
-        raise ValueError(f"show_image_batch: `max_n` must be a whole number >= 1 (how many images to show), got {max_n!r}")
+    check_arg(max_n, 'max_n', 'show_image_batch', lo=1, note='how many images to show')
     stop = _StopBeforeStep()
     with _side_pass(self): self.fit(1, valid=False, cbs=[stop] + fc.L(cbs))
     if stop.batch is None: raise ValueError("show_image_batch: the training loader `learn.dls.train` gave no batch to show")
@@ -149,12 +149,8 @@ def capture_preds(self:Learner, cbs=None, inps=False):
 # %% ../nbs/14_augment.ipynb #692abdf8
 def _check_aug(owner, pct, max_num):
     "Refuse a `pct` outside [0, 1] and a `max_num` that is not a whole number >= 0, naming `owner`."
-    if isinstance(pct, bool) or not isinstance(pct, numbers.Real):
-        raise TypeError(f"{owner}: `pct` must be a number in [0, 1] (the square's side, as a fraction of the image's), got {type(pct).__name__}")
-    if not 0 <= pct <= 1: raise ValueError(f"{owner}: `pct` must be in [0, 1] (the square's side, as a fraction of the image's), got {pct}")
-    if isinstance(max_num, bool) or not isinstance(max_num, numbers.Integral):
-        raise TypeError(f"{owner}: `max_num` must be a whole number >= 0 (the most squares per batch), got {type(max_num).__name__}")
-    if max_num < 0: raise ValueError(f"{owner}: `max_num` must be >= 0 (the most squares per batch), got {max_num}")
+    check_arg(pct, 'pct', owner, kind='real', lo=0, hi=1, note="the square's side, as a fraction of the image's")
+    check_arg(max_num, 'max_num', owner, lo=0, note='the most squares per batch')
 
 def _check_images(owner, x):
     if not isinstance(x, torch.Tensor): raise TypeError(f"{owner}: `x` must be a tensor of images (..., height, width), got {type(x).__name__}")

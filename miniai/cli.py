@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/cli.html.md"""
 
 # %% ../nbs/90_cli.ipynb #4d247401
 from __future__ import annotations
-import argparse, importlib.util, io, math, operator, os, sys, tempfile, time, warnings
+import argparse, importlib.util, io, math, operator, os, sys, time, warnings
 from functools import partial
 from pathlib import Path
 
@@ -17,14 +17,13 @@ import torch.nn.functional as F
 from .datasets import *
 from .learner import *
 from .activations import *
-from .core import write_json, atomic_write, rank, world_size
+from .core import atomic_write, check_arg, rank, world_size, writable_folder, write_json
 from .distributed import DistributedCB
 from .tensorboard import TensorBoardCB
 from .init import variant_names, make_variant, variant_defaults
 
 # %% auto #0
-__all__ = ['epochs_count', 'batch_size', 'seed_value', 'PLOT_NAMES', 'model_names', 'build_variant', 'BadArgument',
-           'learning_rate', 'whole_number', 'writable_dir', 'check_folders', 'diagnose_run', 'write_plots', 'main']
+__all__ = ['main']
 
 # %% ../nbs/90_cli.ipynb #32f42a0d
 def model_names():
@@ -47,19 +46,19 @@ def _as_number(v, number_type):
     try: return number_type(v) if isinstance(v, str) else float(v) if number_type is float else operator.index(v)
     except (TypeError, ValueError): raise BadArgument(f"expected {'a number' if number_type is float else 'a whole number'}, got {v!r}") from None
 
+def _in_range(v, x, rule, **bounds):
+    "`x`, the option value `v` as a number, if `check_arg` finds it within `bounds`; else a `BadArgument`: must be `rule`, got `v`."
+    msg = f'must be {rule}, got {v!r}'.replace('{', '{{').replace('}', '}}')
+    try: return check_arg(x, 'value', kind='real' if isinstance(x, float) else 'int', fmt=msg, **bounds)
+    except ValueError as e: raise BadArgument(str(e)) from None
+
 def learning_rate(v):
     "`v` as a learning rate: a finite number above 0."
-    lr = _as_number(v, float)
-    if not (math.isfinite(lr) and lr > 0): raise BadArgument(f'must be a finite number above 0, got {v!r}')
-    return lr
+    return _in_range(v, _as_number(v, float), 'a finite number above 0', lo=0., lo_open=True)
 
 def whole_number(lo, hi=None):
     "A check for whole numbers from `lo` to `hi` (no upper limit when `hi` is None)."
-    def check(v):
-        n = _as_number(v, int)
-        if n < lo or (hi is not None and n > hi):
-            raise BadArgument(f"must be {f'from {lo} to {hi}' if hi is not None else f'at least {lo}'}, got {v!r}")
-        return n
+    def check(v): return _in_range(v, _as_number(v, int), f'from {lo} to {hi}' if hi is not None else f'at least {lo}', lo=lo, hi=hi)
     check.__name__ = 'whole number'
     return check
 
@@ -73,20 +72,11 @@ def _remove_empty(folders):
         except OSError: pass
 
 def writable_dir(out, keep=True):
-    "Folder `out` as a `Path` where a file was just created and removed; raises `BadArgument` saying why not. The folders it made are kept, or removed again with `keep=False`."
+    "Folder `out` as a `Path` where a file was just created and removed (`writable_folder`); raises `BadArgument` saying why not. The folders it made are kept, or removed again with `keep=False`."
     if str(out).strip() == '': raise BadArgument('must name a folder, got an empty string')
-    out = Path(out)
-    if out.exists() and not out.is_dir(): raise BadArgument(f'{str(out)!r} is a file, not a folder')
-    made = [p for p in (out, *out.parents) if not p.exists()]      # innermost first, to remove them again
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out, prefix='.miniai-probe-')
-        os.close(fd); os.unlink(probe)
-    except OSError as e:
-        _remove_empty(made)
-        raise BadArgument(f'cannot write files in {str(out)!r}: {e.strerror or e}') from None
-    if not keep: _remove_empty(made)
-    return out
+    if Path(out).exists() and not Path(out).is_dir(): raise BadArgument(f'{str(out)!r} is a file, not a folder')
+    try: return writable_folder(out, keep=keep)
+    except OSError as e: raise BadArgument(f'cannot write files in {str(out)!r}: {e.strerror or e}') from None
 
 # %% ../nbs/90_cli.ipynb #6b4b207c
 def _checked(name, check, v):
@@ -120,6 +110,8 @@ class _MaxBatches(Callback):
     def after_batch(self, learn):
         if learn.training and learn.iter + 1 >= self.n: raise CancelEpochException()
 
+
+# %% ../nbs/90_cli.ipynb #b2d25b3c
 def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis', bs=None, seed=1, exact=False, progress=True,
                  tensorboard=None, max_batches=None):
     "Train lesson model `model` with ActivationStats, write plots and summary.json to `out` (rank 0 only under torchrun) and TensorBoard logs to `tensorboard`; return the summary (NaN where the file has null)."

@@ -6,17 +6,16 @@ Docs: https://miniai.github.io/miniai/compare.html.md"""
 
 # %% ../nbs/10d_compare.ipynb #fb31b230
 from __future__ import annotations
-import argparse, collections, contextlib, csv, errno, io, json, math, os, re, stat, sys
+import argparse, collections, contextlib, csv, io, json, math, os, re, stat, sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np, torch
-from .core import _NOFOLLOW, atomic_write
+from .core import UnsafeFileError, atomic_write, file_kind, open_nofollow, read_nofollow, writable_folder
 from .kernel import Moments, batch_moments
 
 # %% auto #0
-__all__ = ['DumpIndexError', 'dump_index', 'load_dump', 'compare_arrays', 'compare_files', 'CompareSetupError', 'read_csv',
-           'compare_dumps', 'find_failures', 'compare_main']
+__all__ = ['load_dump', 'compare_arrays', 'compare_dumps', 'find_failures']
 
 # %% ../nbs/10d_compare.ipynb #9a98b60c
 def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
@@ -26,29 +25,18 @@ def _display_name(name) -> str:
     text = os.fsencode(name).decode('utf-8', 'backslashreplace')
     return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
 
-def _file_kind(mode):
-    "What the entry of `st_mode` `mode` is, in words: 'a symlink', 'a folder', 'a regular file'..."
-    return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
-            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode)
-            else 'a regular file' if stat.S_ISREG(mode) else 'of an unknown kind')
-
 # %% ../nbs/10d_compare.ipynb #ca1f88ac
 _MAX_INDEX_BYTES = 64*2**20   # an index line is ~200 bytes: room for 300,000 files
 
+# %% ../nbs/10d_compare.ipynb #63923cfa
 class DumpIndexError(ValueError):
     "An `index.json` that is not one miniai wrote: a link, not a regular file, too large, not JSON, or not the expected shape."
 
+# %% ../nbs/10d_compare.ipynb #697101b6
 def _read_regular(fn, cap):
-    "The bytes of regular file `fn`, read as `.npy` files are: no symlink, FIFO or device (no hang), at most `cap` bytes."
-    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise DumpIndexError(f'{_display_name(fn)}: a symlink, not followed') from None
-        raise
-    with open(fd, 'rb') as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode): raise DumpIndexError(f'{_display_name(fn)}: {_file_kind(st.st_mode)}, not a regular file')
-        if st.st_size > cap: raise DumpIndexError(f'{_display_name(fn)}: {st.st_size} bytes, more than the {cap} an index may hold')
-        return f.read(cap + 1)
+    "The bytes of regular file `fn`, read as `.npy` files are (`read_nofollow`: no symlink, FIFO or device, so no hang), at most `cap` bytes."
+    try: return read_nofollow(fn, cap)
+    except UnsafeFileError as e: raise DumpIndexError(f'{_display_name(fn)}: {e.strerror}') from None
 
 def _check_index(index, fn):
     "`index` if it has the shape `DumpWriter` writes: {file name: {field: a number, a string, or a list of numbers}}."
@@ -60,6 +48,14 @@ def _check_index(index, fn):
             if not flat: raise DumpIndexError(f'{_display_name(fn)}: field {_display_name(k)} of {_display_name(name)} is not a number, a string or a list of numbers')
     return index
 
+def _index_files(index, fn):
+    "The files of a dump folder's parsed `index.json`: under `files` in lesson 10b's one index schema (version 2); the index itself in version 1 (`{file: entry}`, no header)."
+    if not (isinstance(index, dict) and 'format' in index): return index
+    if index['format'] != 'miniai.dumps' or not isinstance(index.get('files'), dict):
+        raise DumpIndexError(f"{_display_name(fn)}: an index of {_display_name(str(index['format']))}, not the files of a dump folder")
+    return index['files']
+
+# %% ../nbs/10d_compare.ipynb #f10755d6
 def dump_index(folder) -> dict:
     "The `index.json` of a dump folder (file name -> dtype, shape, layer, micro step), or {} if there is none; one that is not what miniai writes is a `DumpIndexError`."
     fn = os.path.join(folder, 'index.json')
@@ -68,8 +64,9 @@ def dump_index(folder) -> dict:
     try: index = json.loads(data)
     except RecursionError: raise DumpIndexError(f'{_display_name(fn)}: nested too deeply to be an index') from None
     except ValueError as e: raise DumpIndexError(f'{_display_name(fn)}: not JSON ({str(e).splitlines()[0]})') from None
-    return _check_index(index, fn)
+    return _check_index(_index_files(index, fn), fn)
 
+# %% ../nbs/10d_compare.ipynb #570aa8b2
 def load_dump(fn, tensor=False, mmap=False):
     "Load a dumped `.npy` without pickle; with `tensor=True`, as a torch tensor in its original dtype."
     fn = Path(fn)
@@ -252,13 +249,10 @@ def _dtype_kind(dt):
 
 def _open_npy(fn) -> np.ndarray:
     "Memory-map `.npy` file `fn` read-only: a regular file only (no symlink, FIFO or device, so no hang), no pickle, complete."
-    try: fd = os.open(fn, os.O_RDONLY | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0))   # O_NONBLOCK: a FIFO opens without a writer
-    except OSError as e:
-        if e.errno == errno.ELOOP: raise ValueError('a symlink, not followed') from None
-        raise
-    with open(fd, 'rb') as f:
+    try: f = open_nofollow(fn)
+    except UnsafeFileError as e: raise ValueError(e.strerror) from None
+    with f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode): raise ValueError(f'{_file_kind(st.st_mode)}, not a regular file')
         version = np.lib.format.read_magic(f)
         if version == (1, 0): shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
         elif version == (2, 0): shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
@@ -292,6 +286,7 @@ def compare_files(fa, fb, name=None, dtype_a=None, dtype_b=None, chunk_size=1<<1
 # %% ../nbs/10d_compare.ipynb #bf2125cc
 _UNCOMPARED_COLUMNS = ['tensor_name', 'reason']
 
+# %% ../nbs/10d_compare.ipynb #30c6d92c
 class CompareSetupError(ValueError):
     "The dump folders cannot be compared as asked (a symlinked folder, nowhere to write the CSVs): nothing was compared."
 
@@ -300,34 +295,27 @@ def _entries(folder):
     "{name: st_mode} of `folder`'s entries, from `lstat` (links not followed)."
     with os.scandir(folder) as it: return {e.name: e.stat(follow_symlinks=False).st_mode for e in it}
 
-def _kind_dir(path, kind):
-    "`path/kind` if it is a real folder, None if there is none; a symlink or a file there is a `CompareSetupError`."
-    p = Path(path)/kind
+def _subfolder_dir(path, subfolder):
+    "`path/subfolder` if it is a real folder, None if there is none; a symlink or a file there is a `CompareSetupError`."
+    p = Path(path)/subfolder
     try: mode = os.lstat(p).st_mode
     except FileNotFoundError: return None
-    if not stat.S_ISDIR(mode): raise CompareSetupError(f"{p} is {_file_kind(mode)}, not a folder: dumps are read only inside the dump folder")
+    if not stat.S_ISDIR(mode): raise CompareSetupError(f"{p} is {file_kind(mode)}, not a folder: dumps are read only inside the dump folder")
     return p
 
 def _rank_dirs(folder):
     "{rank: (path, None or why it is not read)} of the `rank_N` entries of `folder`."
     if folder is None: return {}
-    return {int(m.group(1)): (folder/n, None if stat.S_ISDIR(mode) else f'ERROR: {folder.name}/{n} is {_file_kind(mode)}, not read')
+    return {int(m.group(1)): (folder/n, None if stat.S_ISDIR(mode) else f'ERROR: {folder.name}/{n} is {file_kind(mode)}, not read')
             for n, mode in _entries(folder).items() if (m := re.fullmatch(r'rank_(\d+)', n))}
 
 def _npy_files(folder):
     "{name: None or why it is not read} of the `*.npy` entries of `folder`: only regular files are read."
-    return {n: None if stat.S_ISREG(mode) else f'{_file_kind(mode)}, not read' for n, mode in _entries(folder).items() if n.endswith('.npy')}
+    return {n: None if stat.S_ISREG(mode) else f'{file_kind(mode)}, not read' for n, mode in _entries(folder).items() if n.endswith('.npy')}
 
 def _writable_dir(folder):
-    "Make `folder` (whose parent exists) ready to receive files, or raise `CompareSetupError`: never through a symlink."
-    try:
-        mode = os.lstat(folder).st_mode
-        if not stat.S_ISDIR(mode): raise CompareSetupError(f"cannot write the CSVs: {folder} is {_file_kind(mode)}, not a folder")
-    except FileNotFoundError:
-        try: os.mkdir(folder)
-        except OSError as e: raise CompareSetupError(f"cannot write the CSVs: cannot create {folder}: {e.strerror}") from None
-    probe = folder/'.miniai-write-probe'
-    try: atomic_write(probe, lambda f: f.write(b'ok')); os.unlink(probe)
+    "Make `folder` (whose parent exists) ready to receive files (`writable_folder`), or raise `CompareSetupError`: never through a symlink."
+    try: writable_folder(folder, follow_symlinks=False)
     except OSError as e: raise CompareSetupError(f"cannot write the CSVs in {folder}: {e.strerror}") from None
 
 # %% ../nbs/10d_compare.ipynb #e52c62b2
@@ -338,6 +326,7 @@ def _write_csv(fn, rows, columns=CSV_COLUMNS):
     writer.writeheader(); writer.writerows({**r, 'tensor_name': _display_name(r['tensor_name'])} for r in rows)
     atomic_write(fn, lambda f: f.write(buf.getvalue().encode()))
 
+# %% ../nbs/10d_compare.ipynb #825bc91d
 def read_csv(fn) -> list:
     "Rows of a compare CSV as dicts: counts as ints, statistics as floats (`nan` and `inf` included), names and reasons as text."
     def conv(k, v):
@@ -346,14 +335,17 @@ def read_csv(fn) -> list:
     with open(fn, newline='') as f: return [{k: conv(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 # %% ../nbs/10d_compare.ipynb #e977935f
-def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chunk_size=1<<19, progress=True, verbose=True) -> dict:
-    "Compare dump folders `path_a` and `path_b` file by file, write the CSVs in `path_a`; returns {(kind, rank): {'compared': rows, 'uncompared': rows}}."
+def compare_dumps(path_a, path_b, subfolders=('tensors', 'grads'), workers=None, chunk_size=1<<19, progress=True, verbose=True, kinds=None) -> dict:
+    "Compare dump folders `path_a` and `path_b` file by file, write the CSVs in `path_a`; returns {(subfolder, rank): {'compared': rows, 'uncompared': rows}}. `kinds` is the earlier name of `subfolders`."
+    if kinds is not None:
+        if subfolders != ('tensors', 'grads'): raise TypeError("compare_dumps: `kinds` is another name for `subfolders`: give one of them")
+        subfolders = kinds
     path_a, path_b = Path(path_a), Path(path_b)
     for p, nm in [(path_a, 'pathA'), (path_b, 'pathB')]:
         if not p.is_dir(): raise CompareSetupError(f"{nm} {p} is not a folder")
     jobs, results = [], {}
-    for kind in kinds:
-        ka, kb = _kind_dir(path_a, kind), _kind_dir(path_b, kind)
+    for sub in subfolders:
+        ka, kb = _subfolder_dir(path_a, sub), _subfolder_dir(path_b, sub)
         ranks_a, ranks_b = _rank_dirs(ka), _rank_dirs(kb)
         for rank in sorted(set(ranks_a) | set(ranks_b)):
             (da, bad_a), (db, bad_b) = ranks_a.get(rank, (None, None)), ranks_b.get(rank, (None, None))
@@ -373,11 +365,11 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
             for n in sorted(set(files_a) & set(files_b), key=_natural_key):
                 why = '; '.join(f'{s}: {w}' for s, w in [('A', files_a[n]), ('B', files_b[n])] if w)
                 if why: uncompared.append({'tensor_name': n, 'reason': f'ERROR: {why}'})
-                else: jobs.append(((kind, rank), da/n, db/n, n, idx_a.get(n, {}).get('dtype'), idx_b.get(n, {}).get('dtype')))
-            results[(kind, rank)] = {'compared': [], 'uncompared': uncompared}
-        if ka is not None or ranks_a or ranks_b: _writable_dir(path_a/kind)
-        if ranks_a or ranks_b: _writable_dir(path_a/kind/'compare_rst')   # before comparing: fail early, write nothing elsewhere
-        if not ranks_a and not ranks_b and verbose: print(f"no {kind} folders (rank_N) in either path")
+                else: jobs.append(((sub, rank), da/n, db/n, n, idx_a.get(n, {}).get('dtype'), idx_b.get(n, {}).get('dtype')))
+            results[(sub, rank)] = {'compared': [], 'uncompared': uncompared}
+        if ka is not None or ranks_a or ranks_b: _writable_dir(path_a/sub)
+        if ranks_a or ranks_b: _writable_dir(path_a/sub/'compare_rst')   # before comparing: fail early, write nothing elsewhere
+        if not ranks_a and not ranks_b and verbose: print(f"no {sub} folders (rank_N) in either path")
     with ThreadPoolExecutor(max_workers=workers or min(4, os.cpu_count() or 1)) as ex:
         futures = {ex.submit(compare_files, fa, fb, n, dta, dtb, chunk_size): key for key, fa, fb, n, dta, dtb in jobs}
         done = as_completed(futures)
@@ -387,25 +379,25 @@ def compare_dumps(path_a, path_b, kinds=('tensors', 'grads'), workers=None, chun
         for fut in done:
             row = fut.result()
             results[futures[fut]]['uncompared' if 'reason' in row else 'compared'].append(row)
-    for (kind, rank), res in results.items():
+    for (sub, rank), res in results.items():
         for rows in res.values(): rows.sort(key=lambda r: _natural_key(r['tensor_name']))
-        out = path_a/kind/'compare_rst'
+        out = path_a/sub/'compare_rst'
         _write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
         _write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], _UNCOMPARED_COLUMNS)
         if verbose:
-            for r in res['uncompared'][:20]: print(f"{kind}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
-            if len(res['uncompared']) > 20: print(f"{kind}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
+            for r in res['uncompared'][:20]: print(f"{sub}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
+            if len(res['uncompared']) > 20: print(f"{sub}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
             dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
             for (dta, dtb), n in dtypes.items():
-                print(f"{kind}/rank_{rank}: {n} pair(s) of different dtypes, A {_display_name(str(dta))} vs B {_display_name(str(dtb))}")
+                print(f"{sub}/rank_{rank}: {n} pair(s) of different dtypes, A {_display_name(str(dta))} vs B {_display_name(str(dtb))}")
     return results
 
 # %% ../nbs/10d_compare.ipynb #991a917f
 def find_failures(results, min_cosine=None, max_abs_err=None, allow_missing=False, allow_nonfinite_mismatch=False) -> list:
     "The reasons `compare_dumps`'s `results` fail the gate, as `(where, tensor_name, why)`; empty when every tensor was compared and passed."
     bad = []
-    for (kind, rank), res in results.items():
-        where = f'{kind}/rank_{rank}'
+    for (sub, rank), res in results.items():
+        where = f'{sub}/rank_{rank}'
         for r in res['uncompared']:
             if not (allow_missing and r['reason'].startswith('only in')): bad.append((where, r['tensor_name'], r['reason']))
         for r in res['compared']:
@@ -420,13 +412,14 @@ def find_failures(results, min_cosine=None, max_abs_err=None, allow_missing=Fals
     if not any(res['compared'] for res in results.values()): bad.append(('', '', 'nothing was compared: no file is in both runs'))
     return bad
 
-def _summary(kind, rank, res):
+# %% ../nbs/10d_compare.ipynb #3914e74d
+def _summary(sub, rank, res):
     rows, unc = res['compared'], res['uncompared']
     cos = min((r['cosine similarity'] for r in rows), default=math.nan, key=lambda c: -math.inf if math.isnan(c) else c)
     err = max((r['max_abs_err'] for r in rows), default=math.nan, key=lambda e: math.inf if math.isnan(e) else e)
     n_mis = sum(r['nan_pos_mismatch'] > 0 or r['inf_pos_mismatch'] > 0 for r in rows)
     n_only = [sum(r['reason'].startswith(f'only in {s}') for r in unc) for s in 'AB']
-    return (f'{kind}/rank_{rank}: {len(rows)} compared, min cosine {cos!r}, max abs err {err!r}, {n_mis} with NaN/Inf at other positions, '
+    return (f'{sub}/rank_{rank}: {len(rows)} compared, min cosine {cos!r}, max abs err {err!r}, {n_mis} with NaN/Inf at other positions, '
             f'{len(unc) - sum(n_only)} errors, {n_only[0]} in A only, {n_only[1]} in B only')
 
 def _number(lo, hi, what):
@@ -451,7 +444,7 @@ def compare_main(argv=None):
     p.add_argument('--max-abs-err', type=_number(0., sys.float_info.max, 'a finite number >= 0'), default=None, help='fail a pair with a larger max absolute error')
     p.add_argument('--allow-missing', action='store_true', help='files in one run only are reported but do not fail')
     p.add_argument('--allow-nonfinite-mismatch', action='store_true', help='NaN/Inf at different positions in A and B are reported but do not fail')
-    p.add_argument('--kinds', nargs='+', choices=['tensors', 'grads'], default=['tensors', 'grads'], help='what to compare')
+    p.add_argument('--subfolders', '--kinds', dest='subfolders', nargs='+', choices=['tensors', 'grads'], default=['tensors', 'grads'], help='what to compare (--kinds: its earlier name)')
     p.add_argument('--workers', type=int, default=None, help='threads comparing files in parallel (default: up to 4)')
     p.add_argument('--no-progress', action='store_true', help='no progress bar')
     args = p.parse_args(argv)
@@ -462,11 +455,11 @@ def compare_main(argv=None):
         except OSError as e: p.error(f'--{nm} {_display_name(path)}: {e.strerror}')
         if not is_dir: p.error(f'--{nm} {_display_name(path)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
-    try: res = compare_dumps(args.pathA, args.pathB, args.kinds, args.workers, progress=not args.no_progress)
+    try: res = compare_dumps(args.pathA, args.pathB, args.subfolders, args.workers, progress=not args.no_progress)
     except (CompareSetupError, OSError) as e: p.error(_display_name(str(e)))
     if not args.no_progress: print()   # end the console progress bar's line
-    for (kind, rank), r in res.items(): print(_summary(kind, rank, r))
-    print(f'CSV files: {_display_name(str(args.pathA))}/<kind>/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
+    for (sub, rank), r in res.items(): print(_summary(sub, rank, r))
+    print(f'CSV files: {_display_name(str(args.pathA))}/{{tensors,grads}}/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
     bad = find_failures(res, args.min_cosine, args.max_abs_err, args.allow_missing, args.allow_nonfinite_mismatch)
     for where, name, why in bad[:20]: print(f'FAIL {where}/{_display_name(name)}: {why}' if where else f'FAIL: {why}')
     if len(bad) > 20: print(f'... and {len(bad) - 20} more')

@@ -6,13 +6,13 @@ Docs: https://miniai.github.io/miniai/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #370ff4f5
 from __future__ import annotations
-import os, math, json, itertools, hashlib, contextlib
+import os, math, json, itertools, hashlib, contextlib, errno, stat, numbers, tempfile
 from collections.abc import Mapping
+from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
 
 # %% auto #0
-__all__ = ['def_device', 'apply', 'to_device', 'to_host', 'to_cpu', 'atomic_write', 'json_safe', 'json_restore', 'json_text',
-           'write_json', 'world_size', 'rank', 'recording_paused', 'paused_recording']
+__all__ = ['def_device', 'apply', 'to_device', 'to_cpu', 'rank', 'paused_recording']
 
 # %% ../nbs/00_core.ipynb #34398059
 def apply(f, o, leaf=torch.Tensor):
@@ -53,6 +53,7 @@ def _scalar_reader(o):
         return v if t.is_floating_point() else bool(v) if t.dtype == torch.bool else int(v)
     return number
 
+# %% ../nbs/00_core.ipynb #3afa820b
 def to_host(o, scalars=False, numpy=False, keep_half=False):
     "`o` (tensors in nested dicts, lists and tuples) on the host: tensors detached on the CPU in a dtype numpy holds; see above for the options."
     number = _scalar_reader(o) if scalars else None
@@ -61,6 +62,7 @@ def to_host(o, scalars=False, numpy=False, keep_half=False):
         return _host_tensor(t, numpy, keep_half)
     return apply(one, o)
 
+# %% ../nbs/00_core.ipynb #476e5cc9
 def to_cpu(x):
     "The course's `to_cpu`: tensors in `x` detached on the CPU, `float16` as `float32`."
     return to_host(x)
@@ -87,6 +89,7 @@ def _new_tmp(path):
         try: return tmp, os.open(tmp, _CREATE_NEW, 0o666)
         except FileExistsError: continue   # left behind by a crashed process that had our pid
 
+# %% ../nbs/00_core.ipynb #4a649627
 def atomic_write(path, data, durable=False):
     "Write `data` (bytes, str, a list or tuple of byte buffers, or `f(file)`) to a new temporary file beside `path`, then rename it to `path`; never writes through a symlink."
     path = os.fspath(path)
@@ -102,6 +105,70 @@ def atomic_write(path, data, durable=False):
     except BaseException:
         with contextlib.suppress(OSError): os.unlink(tmp)
         raise
+
+# %% ../nbs/00_core.ipynb #d28ce3cd
+def file_kind(mode):
+    "What a directory entry of `st_mode` `mode` is, in words: 'a symlink', 'a folder', 'a regular file', 'a FIFO'..."
+    return ('a symlink' if stat.S_ISLNK(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'a socket' if stat.S_ISSOCK(mode)
+            else 'a device' if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else 'a folder' if stat.S_ISDIR(mode)
+            else 'a regular file' if stat.S_ISREG(mode) else 'of an unknown kind')
+
+class UnsafeFileError(OSError):
+    "A path `open_nofollow` refuses: a symlink (never followed), not a regular file, or larger than allowed; `strerror` says which."
+
+def open_nofollow(path, write=False):
+    "Regular file `path` opened in binary mode without following a symlink and without hanging on a FIFO; `write`: read and write, made if missing (a lock file). Raises `UnsafeFileError` for a symlink or anything not a regular file."
+    flags = (os.O_RDWR | os.O_CREAT if write else os.O_RDONLY) | _NOFOLLOW | getattr(os, 'O_NONBLOCK', 0)   # O_NONBLOCK: a FIFO opens without a writer
+    if not hasattr(os, 'O_NOFOLLOW') and os.path.islink(path): raise UnsafeFileError(errno.ELOOP, 'a symlink, not followed', os.fspath(path))
+    try: fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP: raise UnsafeFileError(errno.ELOOP, 'a symlink, not followed', os.fspath(path)) from None
+        raise
+    try: mode = os.fstat(fd).st_mode
+    except BaseException: os.close(fd); raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise UnsafeFileError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, f'{file_kind(mode)}, not a regular file', os.fspath(path))
+    return open(fd, 'r+b' if write else 'rb', buffering=0 if write else -1)
+
+
+# %% ../nbs/00_core.ipynb #b832b8fb
+def read_nofollow(path, cap=None):
+    "The bytes of regular file `path`, read through `open_nofollow` (no symlink, FIFO or device); more than `cap` bytes: `UnsafeFileError`, before reading them."
+    with open_nofollow(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if cap is not None and size > cap: raise UnsafeFileError(errno.EFBIG, f'{size} bytes, more than the {cap} allowed', os.fspath(path))
+        data = f.read() if cap is None else f.read(cap + 1)
+    if cap is not None and len(data) > cap: raise UnsafeFileError(errno.EFBIG, f'more than the {cap} bytes allowed (it grew while read)', os.fspath(path))
+    return data
+
+# %% ../nbs/00_core.ipynb #6fa29bd7
+def _remove_empty(folders):
+    "Remove each of `folders` (innermost first) that is empty; leave the others."
+    for p in folders:
+        with contextlib.suppress(OSError): p.rmdir()
+
+# %% ../nbs/00_core.ipynb #f280b83d
+def writable_folder(path, keep=True, follow_symlinks=True, name='path'):
+    "`path` as a `Path` to a folder in which a file was just created and removed, made with its parents if missing (removed again with `keep=False`); else an `OSError` whose `strerror` says why. `follow_symlinks=False`: a symlink is refused too."
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        raise ValueError(f"`{name}` must name a folder, got {path!r}")
+    path = Path(path)
+    try: mode = (os.stat if follow_symlinks else os.lstat)(path).st_mode
+    except FileNotFoundError: mode = None
+    except OSError as e: raise OSError(e.errno, e.strerror, str(path)) from None
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, f'{file_kind(mode)}, not a folder', str(path))
+    made = [p for p in (path, *path.parents) if not os.path.lexists(p)]      # innermost first, to remove them again
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix='.miniai-probe-')    # O_CREAT | O_EXCL: never through a symlink
+        os.close(fd); os.unlink(probe)
+    except OSError as e:
+        _remove_empty(made)
+        raise type(e)(e.errno, e.strerror or str(e), str(path)) from None
+    if not keep: _remove_empty(made)
+    return path
 
 # %% ../nbs/00_core.ipynb #9f801785
 def _nonfinite_kind(v): return 'nan' if math.isnan(v) else 'inf' if v > 0 else '-inf'
@@ -121,6 +188,7 @@ def _safe_leaves(o, arrays, bad, counter):
         return None
     return json_safe(o, arrays)
 
+# %% ../nbs/00_core.ipynb #ea49b62f
 def json_safe(o, arrays=None):
     "`o` as plain JSON data: non-finite floats as null with a `<key>_reason`; arrays moved into the dict `arrays` (an error if it is None)."
     o = _plain(o)
@@ -143,6 +211,7 @@ def json_safe(o, arrays=None):
     if isinstance(o, (list, tuple)): return [json_safe(v, arrays) for v in o]
     raise TypeError(f'{type(o).__name__} is not JSON data')
 
+# %% ../nbs/00_core.ipynb #4c3b716b
 def _restore_leaves(o, positions, counter):
     if isinstance(o, list): return [_restore_leaves(v, positions, counter) for v in o]
     i = next(counter)
@@ -156,6 +225,7 @@ def _restore(v, reason):
         return _restore_leaves(v, {i: float(kind) for kind, idxs in reason.items() for i in idxs}, itertools.count())
     return None
 
+# %% ../nbs/00_core.ipynb #1cf5f93c
 def json_restore(o, arrays=None, tensors=False):
     "Inverse of `json_safe`: non-finite floats restored from their reasons, `{'__array__': key}` from `arrays` (as CPU tensors if `tensors`)."
     if isinstance(o, list): return [json_restore(v, arrays, tensors) for v in o]
@@ -171,10 +241,13 @@ def json_restore(o, arrays=None, tensors=False):
         res[k] = v
     return {k: v for k, v in res.items() if k not in used}
 
+# %% ../nbs/00_core.ipynb #1bf6a894
 def json_text(o, indent=None, **kwargs):
     "`o` as strict JSON text (see `json_safe`): the one encoder behind every JSON file and line miniai writes."
     return json.dumps(json_safe(o), indent=indent, allow_nan=False, **kwargs)
 
+
+# %% ../nbs/00_core.ipynb #8a62f185
 def write_json(path, o, indent=1, durable=True):
     "Write `o` to `path` as strict JSON (see `json_text`), atomically."
     atomic_write(path, json_text(o, indent=indent) + '\n', durable=durable)
@@ -185,6 +258,7 @@ def world_size():
     if dist.is_available() and dist.is_initialized(): return dist.get_world_size()
     return int(os.environ.get('WORLD_SIZE', 1))
 
+# %% ../nbs/00_core.ipynb #8df15681
 def rank():
     "This process's rank: the process group's, else `torchrun`'s `RANK`, else 0."
     if dist.is_available() and dist.is_initialized(): return dist.get_rank()
@@ -194,13 +268,58 @@ def rank():
 import threading
 _pause = threading.local()
 
+# %% ../nbs/00_core.ipynb #84f34466
 def recording_paused():
     "True inside a `paused_recording()` block of this thread: miniai's hooks then record nothing."
     return getattr(_pause, 'depth', 0) > 0
 
+# %% ../nbs/00_core.ipynb #25f1ae34
 @contextlib.contextmanager
 def paused_recording():
     "A block (in this thread) whose forwards and backwards no miniai hook records: for a tool's own extra passes over the model."
     _pause.depth = getattr(_pause, 'depth', 0) + 1
     try: yield
     finally: _pause.depth -= 1
+
+# %% ../nbs/00_core.ipynb #8850c81a
+class _WrongType(TypeError, ValueError):
+    "An argument of the wrong type: a `TypeError`, and a `ValueError` as well, as miniai's checkers raised before they were one."
+
+def _bound(x): return f'{x:g}' if isinstance(x, float) else str(x)
+
+def _rule(kind, lo, hi, lo_open, hi_open, finite):
+    "The rule `check_arg` states, in words: 'an integer >= 1', 'a finite number > 0', 'a number in [0, 1]'..."
+    if kind == 'bool': return 'True or False'
+    what = 'an integer' if kind == 'int' else 'a finite number' if finite and (lo is None or hi is None) else 'a number'
+    if lo is not None and hi is not None:
+        return f"{what} in {'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
+    if lo is not None: return f"{what} {'>' if lo_open else '>='} {_bound(lo)}"
+    if hi is not None: return f"{what} {'<' if hi_open else '<='} {_bound(hi)}"
+    return what
+
+def _short_repr(v, width=60):
+    r = repr(v)
+    return r if len(r) <= width else r[:width-1] + '…'
+
+_KINDS = {'int': (numbers.Integral,), 'real': (numbers.Real,), 'bool': (bool, np.bool_)}
+_DEFAULT_FMT = '{prefix}`{name}` must be {rule}{paren}, got {got}'
+
+# %% ../nbs/00_core.ipynb #096b4326
+def check_arg(v, name, owner=None, kind='int', lo=None, hi=None, lo_open=False, hi_open=False, none=None, note=None,
+              finite=True, fmt=None):
+    "`v` (as a Python `int`, `float` or `bool`) if it is a `kind` ('int', 'real' or 'bool') within the bounds `lo`..`hi`, or None when `none` says what None means; else an error naming `name`: see above."
+    if kind not in _KINDS: raise ValueError(f"check_arg: `kind` must be one of {', '.join(map(repr, _KINDS))}, got {kind!r}")
+    if v is None and none is not None: return None
+    rule = _rule(kind, lo, hi, lo_open, hi_open, finite)
+    ok_type = isinstance(v, _KINDS[kind]) and (kind == 'bool' or not isinstance(v, (bool, np.bool_)))
+    if ok_type:
+        try: x = bool(v) if kind == 'bool' else int(v) if kind == 'int' else float(v)
+        except OverflowError: x = math.inf   # an int too large for a float
+        if kind == 'bool' or ((not finite or math.isfinite(x))
+                              and (lo is None or (x > lo if lo_open else x >= lo)) and (hi is None or (x < hi if hi_open else x <= hi))):
+            return x
+    notes = '; '.join(n for n in (note, none and f'None: {none}') if n)
+    got = _short_repr(v) if ok_type else f'{_short_repr(v)} ({type(v).__name__})'
+    msg = (fmt or _DEFAULT_FMT).format(prefix=f'{owner}: ' if owner else '', owner=owner, name=name, rule=rule,
+                                       paren=f' ({notes})' if notes else '', note=note or '', got=got, value=v, type=type(v).__name__)
+    raise ValueError(msg) if ok_type else _WrongType(msg)

@@ -22,8 +22,8 @@ from .core import atomic_write, write_json
 warnings.filterwarnings('ignore', message='IProgress not found')
 
 # %% auto #0
-__all__ = ['fashion_classes', 'IDXError', 'load_fashion_mnist', 'add_to_hf_cache', 'TensorDictDataset', 'tensor_dd', 'inplace',
-           'collate_dict', 'get_dls', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots', 'get_grid', 'show_images']
+__all__ = ['load_fashion_mnist', 'inplace', 'collate_dict', 'DataLoaders', 'fashion_dls', 'show_image', 'subplots', 'get_grid',
+           'show_images']
 
 # %% ../nbs/05_datasets.ipynb #5a01b6df
 class IDXError(ValueError):
@@ -323,6 +323,8 @@ def get_dls(train_ds, valid_ds, bs, **kwargs):
     return (DataLoader(train_ds, batch_size=bs, shuffle=True, **kwargs),
             DataLoader(valid_ds, batch_size=bs*2, **kwargs))
 
+
+# %% ../nbs/05_datasets.ipynb #1be05c4c
 class DataLoaders:
     "A training and a validation DataLoader."
     def __init__(self, *dls): self.train, self.valid = dls[:2]

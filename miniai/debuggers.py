@@ -17,17 +17,16 @@ import fastcore.all as fc
 from fastcore.basics import patch
 import torch.nn.functional as F
 
-from .core import apply, atomic_write, json_safe, json_restore, json_text, to_host, write_json, paused_recording, recording_paused
+from .core import apply, atomic_write, check_arg, json_safe, json_restore, json_text, to_host, paused_recording, writable_folder
 from .learner import Callback
-from .hooks import Hook, HookFn, LayerNotFoundError, other_names, select_modules, recomputing
-from .findings import finding, format_finding, judge
+from .hooks import Hook, LayerNotFoundError, other_names, select_modules, recomputing
+from .findings import THRESHOLDS, finding, format_finding, judge
 from .kernel import batch_moments, row_moments, pow2_scale
-_all_ = ['LayerNotFoundError']   # from miniai.hooks: what a debugger given an unknown layer name raises
+from .dumps import INDEX, index_text
 
 # %% auto #0
-__all__ = ['forward_pass', 'own_pass', 'DebugHook', 'BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger',
-           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'iter_records', 'load_pages',
-           'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB', 'LayerNotFoundError']
+__all__ = ['BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger',
+           'LayerOutputDebugger', 'GradCAMDebugger', 'build_debugger', 'SequentialDebugger', 'DebugCB']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, layer, arg='layer'):
@@ -64,30 +63,19 @@ def forward_pass(model, inputs, eval=True):
     with torch.no_grad(), eval_mode(model, eval): return run_model(model, inputs)
 
 # %% ../nbs/10c_debuggers.ipynb #608c0883
-_own = threading.local()   # ids of the debuggers whose pass this thread is running
+def _watcher(f, thread, module, input, output):
+    "Call `f(module, input, output)` for a forward run by thread `thread`, not for a checkpoint's recomputation of one."
+    if threading.get_ident() == thread and not recomputing(): f(module, input, output)
 
 @contextmanager
-def own_pass(*debuggers):
-    "A pass of `debuggers` over the model: no miniai hook records it (`paused_recording`), except these debuggers' `DebugHook`s."
-    ids = getattr(_own, 'ids', ())
-    _own.ids = ids + tuple(id(d) for d in debuggers)
+def own_pass(*watch):
+    "A pass of a debugger over the model that no miniai hook records (`paused_recording`); only `watch`, pairs `(module, f)`, see it: `f(module, input, output)` on each forward of `module` in this thread. Their hooks are removed at the end of the block."
+    thread = threading.get_ident()
+    handles = [m.register_forward_hook(partial(_watcher, f, thread)) for m, f in watch]
     try:
         with paused_recording(): yield
-    finally: _own.ids = ids
-
-class _DebugHookFn(HookFn):
-    "`HookFn` (copies and pickles as a hook that does nothing) that also runs in its owner's `own_pass`."
-    __slots__ = ('owner',)
-    def __init__(self, f, owner): super().__init__(f); self.owner = owner
-    def __call__(self, *args, **kwargs):
-        if recomputing() or (recording_paused() and id(self.owner) not in getattr(_own, 'ids', ())): return None   # a checkpoint's recomputation: seen once already
-        return self.f(*args, **kwargs)
-
-class DebugHook(Hook):
-    "A forward `Hook` of debugger `owner` calling `f(hook, module, input, output)`: it records training passes and `owner`'s `own_pass`, and nothing else run in `paused_recording()`."
-    def __init__(self, m, f, owner, name=None):
-        self.hook = m.register_forward_hook(_DebugHookFn(partial(f, self), owner))
-        self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
+    finally:
+        for h in handles: h.remove()
 
 # %% ../nbs/10c_debuggers.ipynb #7326c6b6
 class BaseDebugger:
@@ -127,8 +115,11 @@ class ForwardDebugger(BaseDebugger):
         "Hook the layer of `model` (replacing an earlier hook); returns `self`, a context manager that removes it."
         self.remove()
         module = find_module(model, self.layer)
-        self.hook = DebugHook(module, self._hookfunc, self, name=getattr(module, '_hook_name', None) or self.layer)   # a name the user set is read, never written
+        self.hook = Hook(module, self._hookfunc, name=getattr(module, '_hook_name', None) or self.layer)   # a name the user set is read, never written
         return self
+    def watch(self, model):
+        "What `own_pass` needs to show this debugger its layer: `(module, f)`."
+        return find_module(model, self.layer), partial(self._hookfunc, None)
     def remove(self):
         "Remove the hook (safe to call when not attached)."
         if self.hook is not None: self.hook.remove()
@@ -146,7 +137,7 @@ class ForwardDebugger(BaseDebugger):
     def collect(self, datapoint, model):
         "Device results of the forward pass that just ran with the hook attached; if not attached, of a forward pass run now."
         if not self.attached:
-            with self.attach(model), own_pass(self): forward_pass(model, datapoint['inputs'])
+            with own_pass(self.watch(model)): forward_pass(model, datapoint['inputs'])
         return self.pop()
     def __repr__(self): return f'{type(self).__name__}({self.layer!r})'
 
@@ -189,28 +180,36 @@ def as_lists(d, *keys):
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
 def _is_int(v): return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-def _is_real(v): return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+_INT_RULES = {0: 'an int >= 0', 1: 'a positive int'}
 
 def _check_int(owner, name, v, low=1, none=None):
-    "`v` if it is an int >= `low` (or None when `none` says what None means); else a ValueError naming `owner` and `name`."
-    if (v is None and none is not None) or (_is_int(v) and v >= low): return v
-    what = {0: 'an int >= 0', 1: 'a positive int'}.get(low, f'an int >= {low}') + (f' (None: {none})' if none else '')
-    raise ValueError(f'{owner}: {name} must be {what}, got {v!r}')
+    "`v` if it is an int >= `low` (or None when `none` says what None means); else a ValueError naming `owner` and `name` (`check_arg`'s)."
+    return check_arg(v, name, owner, lo=low, none=none, fmt='{prefix}{name} must be ' + _INT_RULES[low] + '{paren}, got {value!r}')
 
 def _check_real(owner, name, v, positive=False):
-    "`v` if it is a finite number (> 0 when `positive`); else a ValueError naming `owner` and `name`."
-    if _is_real(v) and (v > 0 or not positive): return v
-    raise ValueError(f"{owner}: {name} must be a finite {'positive ' if positive else ''}number, got {v!r}")
+    "`v` if it is a finite number (> 0 when `positive`); else a ValueError naming `owner` and `name` (`check_arg`'s)."
+    return check_arg(v, name, owner, kind='real', lo=0 if positive else None, lo_open=True,
+                     fmt='{prefix}{name} must be a finite ' + ('positive ' if positive else '') + 'number, got {value!r}')
+
+def _earlier_name(owner, kwargs, old, new, value, default=None):
+    "`(name, value)` of argument `new`, or of `old`, its earlier name, when `kwargs` (the only other keywords allowed) gives it."
+    if set(kwargs) - {old}: raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(set(kwargs) - {old}))!r}")
+    if old not in kwargs: return new, value
+    if value is not default: raise TypeError(f"{owner}: `{old}` is another name for `{new}`: give one of them")
+    return old, kwargs[old]
 
 @other_names
 class FeatureMapDebugger(ForwardDebugger):
-    "Keep the layer's output (its first `max_samples` samples; all when None) and its mean, std, min, max and shape. Costs one copy of what is kept."
-    def __init__(self, layer, max_samples=None):
+    "Keep the layer's output (its first `max_items` items of the batch; all when None) and its mean, std, min, max and shape. Costs one copy of what is kept."
+    def __init__(self, layer, max_items=None, **kwargs):
         super().__init__(layer)
-        self.max_samples = _check_int('FeatureMapDebugger', 'max_samples', max_samples, none='all samples')
+        name, max_items = _earlier_name('FeatureMapDebugger', kwargs, 'max_samples', 'max_items', max_items)   # its name until 2026-11
+        self.max_items = _check_int('FeatureMapDebugger', name, max_items, none='all items')
+    max_samples = property(lambda self: self.max_items)   # the earlier name
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
-        kept = output.detach() if self.max_samples is None else output.detach()[:self.max_samples]
+        kept = output.detach() if self.max_items is None else output.detach()[:self.max_items]
         return {'feature_map': kept.clone(),
                 'stats': {**moment_stats(output), 'shape': list(output.shape)},
                 'layer_name': self.layer}
@@ -270,12 +269,15 @@ def _l2_norm(m):
 @other_names
 class ActivationStatsDebugger(ForwardDebugger):
     "Detailed statistics of the layer's output: moments, norms, sparsity, saturation, channel means and stds, first values. Costs a few reads of the output."
-    def __init__(self, layer, sat_low=-1., sat_high=1., n_samples=100):
+    def __init__(self, layer, sat_low=THRESHOLDS.sat_low, sat_high=THRESHOLDS.sat_high, n_samples=100):
         super().__init__(layer)
         o = 'ActivationStatsDebugger'
-        self.sat_low, self.sat_high = _check_real(o, 'sat_low', sat_low), _check_real(o, 'sat_high', sat_high)
+        sat_low, sat_high = _check_real(o, 'sat_low', sat_low), _check_real(o, 'sat_high', sat_high)
         if sat_low >= sat_high: raise ValueError(f'{o}: sat_low must be below sat_high, got sat_low={sat_low!r}, sat_high={sat_high!r}')
+        self.thresholds = THRESHOLDS.but(sat_low=sat_low, sat_high=sat_high)   # the saturation limits, as lesson 09e's `Thresholds` holds them
         self.n_samples = _check_int(o, 'n_samples', n_samples, low=0)
+    sat_low = property(lambda self: self.thresholds.sat_low)
+    sat_high = property(lambda self: self.thresholds.sat_high)
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x = as_float(output)
@@ -283,8 +285,9 @@ class ActivationStatsDebugger(ForwardDebugger):
         mean_abs = batch_moments(x.abs(), zeros=False).mean       # mean |x| of the finite values
         stats = {'shape': list(x.shape), **_moment_stats(m),
                  'l1_norm': torch.where(m.count > 0, mean_abs, math.nan), 'l2_norm': _l2_norm(m),
-                 'sparsity': m.zeros / m.numel, 'positive_ratio': (x > 0).float().mean(),
-                 'saturation_low': (x <= self.sat_low).float().mean(), 'saturation_high': (x >= self.sat_high).float().mean()}
+                 'sparsity': m.zeros / m.count, 'positive_ratio': (x > 0).float().mean(),   # fractions of the finite values, as in lesson 09e
+                 'saturation_low': ((x <= self.sat_low) & (x > -math.inf)).sum() / m.count.float(),    # float32, as before
+                 'saturation_high': ((x >= self.sat_high) & (x < math.inf)).sum() / m.count.float()}
         dims = channel_dims(x)
         if dims is not None:
             stats['channel_means'], stats['channel_stds'] = finite_mean_std(x, dims)
@@ -358,18 +361,18 @@ class GradCAMDebugger(BaseDebugger):
     def collect(self, datapoint, model):
         "The heatmaps, targets and channel weights as device tensors (no host read), from a forward and backward pass of its own (`own_pass`)."
         kept = None if self.eval_mode else [(b, b.clone()) for b in model.buffers()]   # a forward in training mode moves BatchNorm's statistics
+        module, acts = find_module(model, self.layer), []
         try:
-            with own_pass(self): return self._gradcam(datapoint, model)
+            with own_pass((module, lambda m, i, o: acts.append(o))): return self._gradcam(datapoint, model, acts)
         finally:
             if kept:
                 with torch.no_grad():
                     for b, v in kept: b.copy_(v)
 
-    def _gradcam(self, datapoint, model):
-        module = find_module(model, self.layer)
-        inputs, acts = _with_grad(datapoint['inputs']), []
+    def _gradcam(self, datapoint, model, acts):
+        inputs = _with_grad(datapoint['inputs'])
         base = {'target_layer': self.layer, 'target_class': self.target_class}
-        with eval_mode(model, self.eval_mode), torch.enable_grad(), DebugHook(module, lambda hook, m, i, o: acts.append(o), self):
+        with eval_mode(model, self.eval_mode), torch.enable_grad():
             logits = run_model(model, inputs)
         if not isinstance(logits, torch.Tensor): return {'error': f'Model output is not a tensor (got {type(logits).__name__})', **base}
         if logits.ndim != 2: return {'error': f'Model output has shape {list(logits.shape)}, not (batch, classes)', **base}
@@ -421,7 +424,7 @@ def decode_records(struct, arrays, tensors=True):
     return json_restore(_old_floats(struct), arrays, tensors=tensors)
 
 # %% ../nbs/10c_debuggers.ipynb #15fc7a00
-INDEX = 'index.json'
+PAGES_FORMAT = 'miniai.debuggers.pages'
 
 def write_page(path, stem, records):
     "Write `records` as `{stem}.json` + `{stem}.npz` in folder `path`, atomically; returns the page's index entry."
@@ -436,10 +439,13 @@ def _page_file(path, name):
     return path/name
 
 def read_index(path):
-    "The index of the debugger pages in folder `path`."
+    "The index of the debugger pages in folder `path` (lesson 10b's one `index.json` schema, with its items under `pages`; version 1 had the same fields)."
     path = Path(path)
     if not (path/INDEX).exists(): raise FileNotFoundError(f'no debugger pages in {path}: {INDEX} is missing (pages are written by SequentialDebugger.flush)')
-    return json.loads((path/INDEX).read_text())
+    index = json.loads((path/INDEX).read_text())
+    if not isinstance(index, dict) or index.get('format', PAGES_FORMAT) != PAGES_FORMAT or not isinstance(index.get('pages'), list):
+        raise ValueError(f'{path/INDEX} is not an index of debugger pages (format {PAGES_FORMAT!r}, a list of pages)')
+    return index
 
 # %% ../nbs/10c_debuggers.ipynb #f5dceb88
 def iter_records(path, tensors=True):
@@ -451,6 +457,7 @@ def iter_records(path, tensors=True):
         struct = json.loads(json_file.read_text())
         yield from decode_records(struct, arrays, tensors=tensors)['records']
 
+# %% ../nbs/10c_debuggers.ipynb #0f7343ff
 def load_pages(path, tensors=True):
     "All records written by a `SequentialDebugger` in folder `path` (arrays as CPU tensors, numpy if not `tensors`)."
     return list(iter_records(path, tensors=tensors))
@@ -466,6 +473,7 @@ def debugger_registry() -> dict:
         if c.__module__ == __name__: res.setdefault(c.__qualname__, c); res.setdefault(f'miniai.debuggers.{c.__qualname__}', c)
     return res
 
+# %% ../nbs/10c_debuggers.ipynb #d99a71a1
 def _resolve_class(cls, where):
     "The debugger class `cls` names: looked up in `debugger_registry`, never imported (a config must not run a module's code)."
     found = debugger_registry().get(cls) if isinstance(cls, str) else cls
@@ -497,7 +505,7 @@ class SequentialDebugger(BaseDebugger):
                 raise ValueError(f"{where} must be a dict with a 'name' (str) and a 'debugger_config', got {entry!r}")
             if entry['name'] in self.debuggers: raise ValueError(f"{where}: the name {entry['name']!r} is used twice")
             self.debuggers[entry['name']] = build_debugger(entry['debugger_config'], f'{where}.debugger_config')
-        self.buffer, self.buffer_bytes, self.peak_buffer_bytes, self.pages, self.n_records = [], 0, 0, [], 0
+        self.buffer, self.buffer_bytes, self.peak_buffer_bytes, self.pages, self.n_records, self._indexed = [], 0, 0, [], 0, None
 
     @property
     def forward_debuggers(self): return [d for d in self.debuggers.values() if isinstance(d, ForwardDebugger)]
@@ -557,14 +565,12 @@ def _write_error(self:SequentialDebugger, e):
 def check_path(self:SequentialDebugger):
     "Raise now, with the folder's name, if the pages folder `path` cannot be created or written in (None: a new temporary folder at the first flush)."
     if self.path is None: return
-    try:
-        self.path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=self.path): pass
+    try: writable_folder(self.path)
     except OSError as e: raise self._write_error(e) from e
 
 @patch
 def flush(self:SequentialDebugger):
-    "Write the buffered records as a page (if any), then the index; returns the folder. On failure the records stay buffered."
+    "Write the buffered records as a page (if any), then the index if it changed; returns the folder. On failure the records stay buffered."
     if self.path is None: self.path = Path(tempfile.mkdtemp(prefix='miniai_debug_'))
     try:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -572,9 +578,10 @@ def flush(self:SequentialDebugger):
             records = [{**r, 'results': self.to_host(r['results'])} for r in self.buffer]
             self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', records))
             self.buffer, self.buffer_bytes = [], 0
-        index = {'format': 'miniai.debuggers.pages', 'version': 1, 'page_size_mb': self.page_size_mb,
-                 'debuggers': {name: repr(d) for name, d in self.debuggers.items()}, 'pages': self.pages}
-        write_json(self.path/INDEX, index, durable=False)
+        if self._indexed != (self.path, len(self.pages)):   # each page, and the index of each set of pages, is written once
+            atomic_write(self.path/INDEX, index_text(PAGES_FORMAT, self.pages, 'pages', page_size_mb=self.page_size_mb,
+                                                     debuggers={name: repr(d) for name, d in self.debuggers.items()}))
+            self._indexed = (self.path, len(self.pages))
     except OSError as e: raise self._write_error(e) from e
     return self.path
 
@@ -584,10 +591,8 @@ def collect(self:SequentialDebugger, datapoint, model, **meta):
     "Run all debuggers on `datapoint` and buffer their results as computed (device tensors) with `meta` (e.g. epoch, iter); returns the record."
     fwd = self.forward_debuggers
     if fwd and not self.attached:
-        try:
-            self.attach(model)
-            with own_pass(*fwd): forward_pass(model, datapoint['inputs'])
-        finally: self.remove()
+        self.check(model)   # all or none
+        with own_pass(*(d.watch(model) for d in fwd)): forward_pass(model, datapoint['inputs'])
     results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
     with self._paused():
         for name, d in self.debuggers.items():

@@ -13,15 +13,12 @@ from torch.nn.parallel import DistributedDataParallel
 from .core import rank, world_size
 from .learner import Callback
 from .datasets import DataLoaders
-from .activations import ActivationStats
-from .kernel import Recorder, Moments, FIELDS
+
 
 # %% auto #0
-__all__ = ['StridedSampler', 'DistributedCB', 'merge_recorded', 'sync_activation_stats', 'rank', 'world_size']
+__all__ = ['DistributedCB']
 
 # %% ../nbs/11b_distributed.ipynb #dc3749d0
-_all_ = ['rank', 'world_size']   # from miniai.core, where every tool reads them
-
 class StridedSampler(Sampler):
     "Every `num_replicas`-th index of `dataset` from `rank`, in order: a validation shard without padding (no item counted twice)."
     def __init__(self, dataset, num_replicas, rank): self.n, self.num_replicas, self.rank = len(dataset), num_replicas, rank
@@ -68,11 +65,10 @@ class DistributedCB(Callback):
             m.load_state_dict(synced.state_dict())
 
     def after_fit(self, learn):
-        "Combine the ranks' statistics: `ActivationStats` per batch (`sync_activation_stats`), `StatisticsCB` run-wide (its `all_reduce`)."
+        "Combine the ranks' statistics: every callback that holds some says how, with its `all_reduce()` (`ActivationStats`, `StatisticsCB`)."
         if not self.active: return
         for cb in learn.cbs:
-            if isinstance(cb, ActivationStats): sync_activation_stats(cb)
-            elif hasattr(cb, 'stats') and callable(getattr(cb.stats, 'all_reduce', None)): cb.stats.all_reduce()
+            if callable(getattr(cb, 'all_reduce', None)): cb.all_reduce()
 
     def cleanup_fit(self, learn):
         if self.active:
@@ -81,51 +77,3 @@ class DistributedCB(Callback):
         if self.owns_group:
             self.owns_group = False
             dist.destroy_process_group()
-
-# %% ../nbs/11b_distributed.ipynb #70785ef8
-def _packed(rec, device=None):
-    "A recorder's per-batch statistics as one float64 tensor: each row the batch's `Moments` fields, then its raw sample bins."
-    t = torch.cat([torch.stack(rec._rows).double(), torch.stack(rec._raw).double()], 1)
-    return t if device is None else t.to(device)
-
-def _unpack(rec, per_rank):
-    "Set `rec`'s per-batch statistics to the merge of `per_rank` (`[ranks, batches, cols]`, each as `_packed` made it)."
-    nf = len(FIELDS)
-    dev = rec._rows[0].device
-    rows = Moments(per_rank[..., :nf]).fold(0).t.to(dev)          # the one merge: Chan's formula over the ranks
-    raw = per_rank[..., nf:].sum(0).long().to(dev)                  # sample bins add
-    rec._rows, rec._raw, rec._cache = list(rows.unbind(0)), list(raw.unbind(0)), None
-
-def merge_recorded(recs):
-    "A new per-batch `Recorder` holding, for each batch, the statistics of all of `recs` together (recorders of ranks or micro-batches that saw parts of the same batches)."
-    lens = [len(r) for r in recs]
-    if len(set(lens)) != 1: raise ValueError(f"merge_recorded: the recorders hold different numbers of batches: {lens}")
-    r0 = recs[0]
-    res = Recorder(r0.bins, r0.hi, r0.sample, r0.exact, seed=r0.seed)
-    res._rows, res._raw, res.n_batches = list(r0._rows), list(r0._raw), r0.n_batches
-    if lens[0]: _unpack(res, torch.stack([_packed(r) for r in recs]))
-    return res
-
-# %% ../nbs/11b_distributed.ipynb #dd81e853
-def sync_activation_stats(astats, group=None):
-    "Replace each hook's recorders in `astats` by the merge of every rank's (two `all_gather`s: the batch counts, checked, then everything in one packed tensor); returns the number of recorders merged."
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return 0
-    recs = [(h, k, r) for h in astats for k, r in getattr(h, 'recorders', {}).items()]
-    dev = 'cpu' if dist.get_backend(group) == 'gloo' else None
-    blocks = [_packed(r, dev) for _, _, r in recs]      # per batch: the `Moments` row, then the raw sample bins
-    shapes = [tuple(b.shape) for b in blocks]
-    sizes = torch.tensor([float(s[0]) for s in shapes], dtype=torch.float64)
-    world = dist.get_world_size(group)
-    got = [torch.empty_like(sizes) for _ in range(world)]
-    dist.all_gather(got, sizes, group=group)    # the batch counts first: unequal ones would make the packed gather fail obscurely
-    if any(not torch.equal(g, sizes) for g in got):
-        raise RuntimeError(f"sync_activation_stats: the ranks recorded different numbers of batches: {[g.long().tolist() for g in got]}")
-    flat = torch.cat([b.reshape(-1) for b in blocks]) if blocks else torch.zeros(0, dtype=torch.float64)
-    parts = [torch.empty_like(flat) for _ in range(world)]
-    dist.all_gather(parts, flat, group=group)
-    offset = 0
-    for (h, k, r), (rows, cols) in zip(recs, shapes):
-        per_rank = torch.stack([p[offset:offset + rows*cols].view(rows, cols) for p in parts])
-        offset += rows*cols
-        _unpack(r, per_rank)
-    return len(recs)

@@ -14,12 +14,11 @@ import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
-from .core import _NOFOLLOW, atomic_write, json_text, rank, to_host
+from .core import atomic_write, check_arg, json_text, open_nofollow, rank, to_host
 from .hooks import HookFn, Hooks, LayerNotFoundError, other_names, select_modules, tensor_items
 
 # %% auto #0
-__all__ = ['register_hook', 'dump_filename', 'rank_dir', 'TargetClassWarning', 'TargetClassError', 'SavingHook',
-           'register_saving_hook']
+__all__ = ['register_hook', 'SavingHook', 'register_saving_hook']
 
 # %% ../nbs/10b_dumps.ipynb #a67ec833
 def _sanitize_name(name) -> str:
@@ -39,6 +38,7 @@ def _safe_names(layer_class, layer_name):
     "The sanitised class name (at most 64 characters) and layer name: the same few pairs come back every step, so they are cached."
     return _shorten(_sanitize_name(layer_class), 64), _sanitize_name(layer_name)
 
+# %% ../nbs/10b_dumps.ipynb #a3200445
 def dump_filename(idx, layer_class, layer_name, micro_step) -> str:
     "The file name of a saved tensor: `tensor_idx_{idx}_layer_class_{layer_class}_layer_name_{layer_name}_micro_step_{micro_step}.npy`, names sanitised; long names end in a hash, so at most `_MAX_DUMP_NAME` bytes."
     cls, name = _safe_names(str(layer_class), str(layer_name))
@@ -46,10 +46,13 @@ def dump_filename(idx, layer_class, layer_name, micro_step) -> str:
     return (f'tensor_idx_{int(idx)}_layer_class_{cls}'
             f'_layer_name_{_shorten(name, _MAX_DUMP_NAME - fixed)}_micro_step_{int(micro_step)}.npy')
 
-def rank_dir(path, kind='tensors', rank_no=None) -> Path:
-    "The folder `path/kind/rank_R` where this rank's (or rank `rank_no`'s) dumps of `kind` ('tensors' or 'grads') go."
-    if kind not in ('tensors', 'grads'): raise ValueError(f"kind must be 'tensors' or 'grads', not {kind!r}")
-    return Path(path)/kind/f'rank_{rank() if rank_no is None else int(rank_no)}'
+# %% ../nbs/10b_dumps.ipynb #24bcb95e
+SUBFOLDERS = ('tensors', 'grads')   # what a dump folder holds: forward outputs, gradients
+
+def rank_dir(path, subfolder='tensors', rank_no=None) -> Path:
+    "The folder `path/subfolder/rank_R` where this rank's (or rank `rank_no`'s) dumps go, `subfolder` being 'tensors' or 'grads'."
+    if subfolder not in SUBFOLDERS: raise ValueError(f"subfolder must be 'tensors' or 'grads', not {subfolder!r}")
+    return Path(path)/subfolder/f'rank_{rank() if rank_no is None else int(rank_no)}'
 
 # %% ../nbs/10b_dumps.ipynb #53291cc3
 _headers, _dtype_names = {}, {}
@@ -199,11 +202,17 @@ class DumpWriter:
             if buf is not None: self.pool.release(buf)
 
 # %% ../nbs/10b_dumps.ipynb #43fa1001
-def _index_json(entries):
-    "The text of an `index.json` (strict JSON, through `json_text`): one line per file, sorted by name."
-    text = json_text(dict(sorted(entries.items())))
-    # `}, "` ends one file's entry: inside a JSON string a quote is always escaped, so a break there keeps the JSON valid
-    return '{\n' + text[1:-1].replace('}, "', '},\n"') + '\n}\n'
+INDEX, INDEX_VERSION, DUMPS_FORMAT = 'index.json', 2, 'miniai.dumps'
+
+def index_text(format, items, key='files', **header) -> str:
+    "The text of an `index.json`, the one schema of the folders miniai writes (dumps, debugger pages): `{'format': format, 'version': 2, **header, key: items}`, strict JSON (`json_text`), one line per item of `items` (a dict, sorted by name, or a list)."
+    head = json_text({'format': format, 'version': INDEX_VERSION, **header})
+    if isinstance(items, dict):
+        text = json_text(dict(sorted(items.items())))
+        # `}, "` ends one entry: inside a JSON string a quote is always escaped, so a break there keeps the JSON valid
+        body = '{}' if not items else '{\n' + text[1:-1].replace('}, "', '},\n"') + '\n}'
+    else: body = '[]' if not items else '[\n' + ',\n'.join(map(json_text, items)) + '\n]'
+    return f'{head[:-1]}, {json_text(key)}: {body}}}\n'
 
 @patch
 def flush(self:DumpWriter):
@@ -217,7 +226,7 @@ def flush(self:DumpWriter):
             folder, name = os.path.split(fn)   # strings: cheaper to split and hash than a Path
             self.index.setdefault(folder, {})[name] = {**info, **meta}
             changed.add(folder)
-        for folder in changed: atomic_write(os.path.join(folder, 'index.json'), _index_json(self.index[folder]))
+        for folder in changed: atomic_write(os.path.join(folder, INDEX), index_text(DUMPS_FORMAT, self.index[folder]))
         errors, self.errors = self.errors, []
     if errors: raise RuntimeError(f"{len(errors)} dump file(s) could not be written:\n" + '\n'.join(errors[:10]))
 
@@ -240,6 +249,7 @@ class TargetClassWarning(UserWarning):
 class TargetClassError(LayerNotFoundError, ValueError):
     "`layers` matches no module of the model: nothing would be saved."
 
+# %% ../nbs/10b_dumps.ipynb #74e96e74
 def _class_names(model):
     "The class names of `model`'s modules, as the end of an error message."
     return f"its modules' class names are: {', '.join(sorted({type(m).__name__ for m in model.modules()}))}"
@@ -272,21 +282,20 @@ def _pick_layers(model:nn.Module, layers=None):
 def _limit_ok(count, limit): return limit < 0 or count < limit
 
 def _whole(name, v, least=None):
-    "`v` as an int if it is a whole number (not a bool, a float or a string) of at least `least`; else an error naming `name`."
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number{'' if least is not None else ' (a negative one: no limit)'}, not {v!r} ({type(v).__name__})")
-    if least is not None and v < least: raise ValueError(f"{name} must be at least {least}, not {v!r}")
-    return int(v)
+    "`v` as an int if it is a whole number (not a bool, a float or a string) of at least `least`; else an error naming `name` (`check_arg`'s)."
+    if least is None: return check_arg(v, name, note='a negative one: no limit', fmt='{name} must be a whole number{paren}, not {got}')
+    check_arg(v, name, fmt='{name} must be a whole number, not {got}')
+    return check_arg(v, name, lo=least, fmt=f'{{name}} must be at least {least}, not {{value!r}}')
 
 def _check_args(path, max_saved_tensors, max_saved_grads, save_output_grads, buffer_mb, queue_size, background):
     "Check `SavingHook`'s arguments before anything is created: a TypeError or ValueError naming the first bad one."
     if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
         raise TypeError(f"path must name a folder (a str or a Path), not {path!r}")
     _whole('max_saved_tensors', max_saved_tensors); _whole('max_saved_grads', max_saved_grads); _whole('queue_size', queue_size, 1)
-    if not isinstance(save_output_grads, (bool, np.bool_)): raise TypeError(f"save_output_grads must be True or False, not {save_output_grads!r}")
-    if background is not None and not isinstance(background, (bool, np.bool_)): raise TypeError(f"background must be None, True or False, not {background!r}")
-    if isinstance(buffer_mb, bool) or not isinstance(buffer_mb, numbers.Real): raise TypeError(f"buffer_mb must be a number of megabytes, not {buffer_mb!r}")
-    if not (math.isfinite(buffer_mb) and buffer_mb > 0): raise ValueError(f"buffer_mb must be a finite number > 0, not {buffer_mb!r}")
+    check_arg(save_output_grads, 'save_output_grads', kind='bool', fmt='{name} must be {rule}, not {value!r}')
+    check_arg(background, 'background', kind='bool', none='a core free for it', fmt='{name} must be None, True or False, not {value!r}')
+    check_arg(buffer_mb, 'buffer_mb', kind='real', finite=False, fmt='{name} must be a number of megabytes, not {value!r}')
+    check_arg(buffer_mb, 'buffer_mb', kind='real', lo=0, lo_open=True, fmt='{name} must be {rule}, not {value!r}')
 
 def _flush_at_exit(writer, path):
     "Close the writer of a `SavingHook` nobody removed, at exit or when the hook is garbage collected: a failure is one line on stderr, never a traceback."
@@ -304,7 +313,7 @@ def _run_numbers(path, rank_no):
     try: names = os.listdir(path)
     except (FileNotFoundError, NotADirectoryError): return []
     return [int(m.group(1)) for n in names if (m := re.fullmatch(r'run_(\d+)', n))
-            and any(rank_dir(path/n, kind, rank_no).exists() for kind in ('tensors', 'grads'))]
+            and any(rank_dir(path/n, sub, rank_no).exists() for sub in SUBFOLDERS)]
 
 def _fresh_run(path, rank_no):
     "Claim `path/run_N`, N one more than the highest run of rank `rank_no` there: its `tensors/rank_R` folder is made by `os.mkdir`, which only one process can do, so runs that start at once each get their own N."
@@ -318,21 +327,21 @@ def _fresh_run(path, rank_no):
         except (FileExistsError, NotADirectoryError): n += 1   # another process claimed it first (or a file is in the way)
 
 def _lock_folder(folder):
-    "An open descriptor holding an exclusive lock on `folder`'s writer lock file; a RuntimeError if another writer holds it."
-    fd = os.open(os.path.join(folder, _LOCK), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+    "An open file holding an exclusive lock on `folder`'s writer lock file (never opened through a planted link); a RuntimeError if another writer holds it."
+    f = open_nofollow(os.path.join(folder, _LOCK), write=True)
     try: import fcntl
-    except ImportError: return fd   # no flock on this system: the dumps check below still holds
-    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError: return f   # no flock on this system: the dumps check below still holds
+    try: fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        os.close(fd)
+        f.close()
         raise RuntimeError(f"{folder} is in use by another SavingHook (in this process or another): two runs cannot write "
                            "to one folder; give this one its own path, or if_exists='new_run'") from None
-    return fd
+    return f
 
-def _release_lock(fd, fn):
-    "Remove the lock file `fn` (a removed hook leaves only its dumps) and release its lock."
+def _release_lock(f, fn):
+    "Remove the lock file `fn` (a removed hook leaves only its dumps) and release its lock (`f`)."
     with contextlib.suppress(OSError): os.unlink(fn)
-    os.close(fd)
+    f.close()
 
 def _claim_folders(path, folders, overwrite=False):
     "Check that `folders` hold no dumps of an earlier run; with `overwrite`, delete them first (files only, links not followed)."
@@ -370,7 +379,7 @@ class SavingHook:
         self.tensor_dir.mkdir(parents=True, exist_ok=True); self.grad_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock_folder(self.tensor_dir)   # two live writers cannot share a folder
         try: _claim_folders(self.path, (self.tensor_dir, self.grad_dir), overwrite=if_exists == 'overwrite')
-        except BaseException: os.close(lock); raise
+        except BaseException: lock.close(); raise
         self._unlock = weakref.finalize(self, _release_lock, lock, os.path.join(self.tensor_dir, _LOCK))
         self._dirs = str(self.tensor_dir), str(self.grad_dir)   # file names are joined as strings: cheaper than a Path per file
         self.n_tensors = self.n_grads = 0
@@ -403,15 +412,15 @@ class SavingHook:
             if not _limit_ok(self.n_tensors, self.max_saved_tensors): continue
             fn = os.path.join(self._dirs[0], dump_filename(self.n_tensors, cls, t_name, self.micro_step))
             self.writer.put(fn, t, idx=self.n_tensors, layer_class=cls, layer_name=t_name,
-                            micro_step=self.micro_step, kind='output')
+                            micro_step=self.micro_step, source='output')
             self.n_tensors += 1
 
     def _save_grad(self, cls, name, grad):
         if self.closed or grad is None or not _limit_ok(self.n_grads, self.max_saved_grads): return
-        kind = 'output_grad' if name.endswith('.output_grad') else 'param_grad'
+        source = 'output_grad' if name.endswith('.output_grad') else 'param_grad'
         fn = os.path.join(self._dirs[1], dump_filename(self.n_grads, cls, name, self.micro_step))
         self.writer.put(fn, grad, idx=self.n_grads, layer_class=cls, layer_name=name,
-                        micro_step=self.micro_step, kind=kind)
+                        micro_step=self.micro_step, source=source)
         self.n_grads += 1
 
     def flush(self):

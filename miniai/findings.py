@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, replace
 
 # %% auto #0
-__all__ = ['THRESHOLDS', 'Thresholds', 'finding', 'format_finding', 'judge']
+__all__ = ['THRESHOLDS', 'Thresholds', 'judge']
 
 # %% ../nbs/09e_findings.ipynb #c06762c0
 @dataclass(frozen=True)
@@ -21,10 +21,21 @@ class Thresholds:
     dead: float|None = 0.8
     sparse: float|None = 0.9
     saturated: float|None = 0.05
+    sat_low: float = -1.                 # saturation limits (values, not fractions): x <= sat_low or x >= sat_high
+    sat_high: float = 1.
+    narrow_range: float|None = None      # run-wide: max - min below it
+    skewed: float|None = None            # run-wide: |mean| above `skewed` times the std
+    clipped: float|None = None           # run-wide: the `clipped`-th percentile (0..100) equals the max
 
     def __post_init__(self):
+        for name in ('sat_low', 'sat_high'):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"Thresholds: `{name}` must be a finite number (a saturation limit), got {v!r}")
+        if self.sat_low >= self.sat_high:
+            raise ValueError(f"Thresholds: `sat_low` ({self.sat_low!r}) must be below `sat_high` ({self.sat_high!r})")
         for name, v in vars(self).items():
-            if v is None: continue
+            if v is None or name in ('sat_low', 'sat_high'): continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"Thresholds: `{name}` must be a finite number >= 0 (None: no check), got {v!r}")
         for name in ('vanishing_std', 'exploding_std'):
@@ -33,6 +44,7 @@ class Thresholds:
         for name in ('dead', 'sparse', 'saturated'):
             v = getattr(self, name)
             if v is not None and v > 1: raise ValueError(f"Thresholds: `{name}` is a fraction, at most 1, got {v!r}")
+        if self.clipped is not None and self.clipped > 100: raise ValueError(f"Thresholds: `clipped` is a percentile, at most 100, got {self.clipped!r}")
         lo, hi = self.vanishing_std, self.exploding_std
         if lo is not None and hi is not None and lo >= hi:
             raise ValueError(f"Thresholds: `vanishing_std` ({lo!r}) must be below `exploding_std` ({hi!r}), or a layer would be both")
@@ -51,16 +63,17 @@ _SENTENCES = {
     'exploding': "{layer} is exploding: its std {value:.3g} is above {threshold}",
     'dead': "{layer} is mostly dead: {value:.1%} of its values are in the lowest |x| bin (> {threshold:.0%})",
     'sparse': "{layer} is sparse: {value:.1%} of its values are exactly 0 (> {threshold:.0%})",
-    'saturated': "{layer} saturates: {value:.1%} of its values are beyond the histogram's range (> {threshold:.0%})",
+    'saturated': "{layer} saturates: {value:.1%} of its values are at or beyond its saturation limits (> {threshold:.0%})",
     'nonfinite values': "{layer}: {value} of {total} values are NaN or Inf; the statistics are over the other {finite}",
     'no finite values': "{layer}: all {total} values are NaN or Inf, so it has no statistics (they read NaN)",
     'narrow range': "{layer} has a very narrow range: max - min is {value:.3g} (< {threshold})",
     'skewed': "{layer} is skewed: |mean| is {value:.3g} times its std (> {threshold})",
-    'saturating': "{layer} may saturate: its 99th percentile {value:.3g} equals its max",
+    'clipped': "{layer} looks clipped: its {measure} {value:.3g} equals its max",
     'not recorded': "{layer} recorded nothing",
     'skipped': "{layer}: output {output} was skipped: {value}",
     'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled"}
 
+# %% ../nbs/09e_findings.ipynb #af82ed75
 def finding(layer, issue, value, threshold, measure=None, **more):
     "A finding: `issue` (one of `format_finding`'s) at `layer`, where statistic `measure` has `value` beyond `threshold`."
     if issue not in _SENTENCES: raise ValueError(f"unknown issue {issue!r}; the issues are {list(_SENTENCES)}")

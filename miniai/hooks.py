@@ -8,6 +8,7 @@ Docs: https://miniai.github.io/miniai/hooks.html.md"""
 from __future__ import annotations
 import warnings, difflib, inspect, numbers, fnmatch, weakref
 from functools import partial, wraps
+from types import SimpleNamespace
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
@@ -15,8 +16,8 @@ from .core import recording_paused
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
-__all__ = ['HookFn', 'recomputing', 'Hook', 'Hooks', 'LayerNotFoundError', 'default_layers', 'select_modules', 'tensor_items',
-           'skip_reason', 'other_names', 'NothingRecordedWarning', 'CalledTwiceWarning', 'HooksCallback', 'attach']
+__all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'select_modules', 'NothingRecordedWarning', 'CalledTwiceWarning',
+           'HooksCallback']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -41,18 +42,24 @@ def recomputing():
     "True while autograd's engine runs a backward in this thread: a module's forward then is gradient checkpointing's recomputation of a forward that already ran (`torch.utils.checkpoint`, either `use_reentrant`)."
     return _graph_task_id() != -1
 
-def _call_hook(hook, f, *args, **kwargs):
-    "Run `f(hook, ...)` for a forward; for a checkpoint's recomputation of one, `hook.on_recompute(hook, ...)` when set, else nothing."
-    if recomputing():
+class _HookCall(HookFn):
+    "The `HookFn` of a `Hook`: `f(hook, ...)` for a forward; for a checkpoint's recomputation of one, `hook.on_recompute(hook, ...)` when set, else nothing."
+    __slots__ = ('hook',)
+    def __init__(self, hook, f): self.hook, self.f = hook, f
+    def __call__(self, *args, **kwargs):
+        if recording_paused(): return None
+        hook = self.hook
+        if _graph_task_id() == -1: return self.f(hook, *args, **kwargs)   # not `recomputing()`, without a call on every forward
         g = hook.on_recompute
         return None if g is None else g(hook, *args, **kwargs)
-    return f(hook, *args, **kwargs)
 
+# %% ../nbs/09b_hooks.ipynb #hk0b2c11
 class Hook():
-    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute` instead, when set); remove it with `remove()` or a `with` block."
+    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute(hook, module, input, output)` instead, when given); remove it with `remove()` or a `with` block."
     on_recompute = None
-    def __init__(self, m, f, name=None, **kwargs):
-        self.hook = m.register_forward_hook(HookFn(partial(_call_hook, self, f)), **kwargs)
+    def __init__(self, m, f, name=None, on_recompute=None, **kwargs):
+        self.on_recompute = on_recompute
+        self.hook = m.register_forward_hook(_HookCall(self, f), **kwargs)
         # the name given (the module's path in its model), else one the user set on the module, else its class
         self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
     def remove(self):
@@ -85,10 +92,12 @@ class LayerNotFoundError(KeyError):
     "A layer name or class name that matches nothing in the model; the message lists the closest ones."
     def __str__(self): return str(self.args[0]) if self.args else ''
 
+# %% ../nbs/09b_hooks.ipynb #819409b2
 def default_layers(m):
     "True for leaf modules that hold parameters: the layers a user usually means (conv, linear, norm layers)."
     return not any(True for _ in m.children()) and any(True for _ in m.parameters(recurse=False))
 
+# %% ../nbs/09b_hooks.ipynb #a859820f
 def _close(word, options, what):
     near = difflib.get_close_matches(word, options, n=3, cutoff=0.5)
     return f"; closest {what}: {', '.join(map(repr, near))}" if near else ''
@@ -219,32 +228,24 @@ def _compiled_part(model):
         if isinstance(getattr(m, '_orig_mod', None), nn.Module) or getattr(m, '_compiled_call_impl', None) is not None: return n
     return None
 
-def _count_call(h, fwd):
-    "Count a call of hook `h` in recorded forward number `fwd`: `h.calls` in all, and the calls per forward in `h.calls_per_forward`."
-    h.calls += 1
-    if h._fwd == fwd: h._fwd_calls += 1
-    else:
-        if h._fwd_calls: h.calls_per_forward.add(h._fwd_calls)
-        h._fwd, h._fwd_calls = fwd, 1
-
-def _per_forward(h):
-    "The numbers of calls of hook `h` in each recorded forward (a set)."
-    ns = set(getattr(h, 'calls_per_forward', ()))
-    if getattr(h, '_fwd_calls', 0): ns.add(h._fwd_calls)
-    return ns
-
 @other_names
 class HooksCallback(Callback):
-    "Hook the `layers` of the model (see `select_modules`) with `hookfunc` before fit, on every `every`-th training batch and/or on validation batches; remove the hooks in the cleanup stage."
+    "Hook the `layers` of the model (see `select_modules`) before fit; on every `every`-th training batch and/or on validation batches each hooked layer's forward runs `hook` (by default `hookfunc(hook, module, input, output)`); remove the hooks in the cleanup stage."
     _sessions, _driver = (), None   # see `__init__`; class defaults for a subclass that does not call it
-    def __init__(self, hookfunc, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, recompute=None):
+    def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
         _check_every(every, type(self).__name__)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
-        self.recompute = recompute   # called as `recompute(hook, module, input, output)` in a checkpoint's recomputation (hookfunc is not)
-        self.hooks = Hooks([], None)
+        self.hooks, self._calls = Hooks([], None), {}
         # the fits and `attach` blocks recording now (the first hooked the model, the others joined it), and what starts a
         # recorded forward: 'batch' (the Learner's before_batch) or 'forward' (attach's pre-hook on the model)
         self._sessions, self._driver = [], None
+
+    def hook(self, hook, *args, **kwargs):
+        "What a recorded forward of a hooked layer runs: `hookfunc(hook, module, input, output)`. The one method a callback that records overrides (fastai's `HookCallback.hook`)."
+        self.hookfunc(hook, *args, **kwargs)
+
+    def recompute(self, hook, *args, **kwargs):
+        "What gradient checkpointing's recomputation (during backward) of a recorded forward runs: nothing, as it is no new forward; a callback that records gradients may override it."
 
     def before_fit(self, learn):
         if self._sessions: return self._join(learn)
@@ -259,11 +260,15 @@ class HooksCallback(Callback):
         self._sessions, self._driver = [learn], 'batch'
         self._training, self._n_train, self._n_recorded = None, 0, 0
         self.hooks = Hooks([], None)
-        self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__) for n, m in picked)
-        for h in self.hooks:
-            h.calls = 0                     # the calls that reached `hookfunc`, for the report when the recording ends
-            h._fwd, h._fwd_calls, h.calls_per_forward = 0, 0, set()   # and how many in each recorded forward
-            h.on_recompute = self._rehookfunc
+        self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__,
+                                        on_recompute=self._rehookfunc) for n, m in picked)
+        # per hooked layer: its calls in all, and in the recorded forward of its last call, for the report when the recording ends
+        self._calls = {h.name: SimpleNamespace(total=0, forward=0, in_forward=0, per_forward=set()) for h in self.hooks}
+
+    @property
+    def calls(self):
+        "How many times each hooked layer (by name) was recorded in the last (or current) recording: a layer called twice in one forward counts twice."
+        return {name: c.total for name, c in self._calls.items()}
 
     def _join(self, learn):
         "A fit (or `attach`) while this callback records: the same model joins the recording, each forward recorded once and nothing reset; another model is refused."
@@ -275,28 +280,31 @@ class HooksCallback(Callback):
         self._sessions.append(learn)
 
     def _start_forward(self, training):
-        "Before a batch (or a forward under `attach`): whether, and in which phase, the hooks record it."
-        if recording_paused(): training = None     # a forward that records nothing is not counted either
-        elif training:
+        "Before a batch (or a forward under `attach`): whether, and in which phase (`training` True or False; None: not at all), the hooks record it. `every` counts training batches: the 1st, the (N+1)-th, the (2N+1)-th..."
+        if training:
             self._n_train += 1
             if (self._n_train - 1) % self.every: training = None   # not one of the `every`-th training batches
         if training is not None and (self.on_train if training else self.on_valid): self._n_recorded += 1
         self._training = training
 
-    def _hookfunc(self, *args, **kwargs):
+    def _hookfunc(self, hook, *args, **kwargs):
+        "A hooked layer's forward: counted (ints, no device work) and passed to `hook` when this forward is recorded."
         training = self._training
-        if training is None: return
-        if (self.on_train and training) or (self.on_valid and not training):
-            try: _count_call(args[0], self._n_recorded)     # ints on the hook: no device work
-            except (IndexError, AttributeError): pass
-            self.hookfunc(*args, **kwargs)
+        if training is None or not (self.on_train if training else self.on_valid): return
+        c = self._calls[hook.name]
+        c.total += 1
+        if c.forward == self._n_recorded: c.in_forward += 1
+        else:
+            if c.in_forward: c.per_forward.add(c.in_forward)
+            c.forward, c.in_forward = self._n_recorded, 1
+        self.hook(hook, *args, **kwargs)
 
     def _rehookfunc(self, *args, **kwargs):
-        "A checkpoint's recomputation, during backward, of a forward that already ran: not recorded again; `recompute` runs when set."
-        if self.recompute is not None and self._sessions: self.recompute(*args, **kwargs)
+        "A checkpoint's recomputation, during backward, of a forward that already ran: not recorded again, but passed to `recompute`."
+        if self._sessions: self.recompute(*args, **kwargs)
 
     def before_batch(self, learn):
-        if self._driver == 'batch': self._start_forward(learn.model.training)
+        if self._driver == 'batch': self._start_forward(None if recording_paused() else learn.model.training)   # a paused forward is not counted
     def after_batch(self, learn):
         if self._driver == 'batch': self._training = None
     def cleanup_fit(self, learn):
@@ -315,16 +323,17 @@ class HooksCallback(Callback):
         "The report of a recording that ends: the hooked layers that recorded nothing, with why; or that nothing was recorded at all (None: all recorded)."
         if not self.hooks: return None     # nothing was hooked: `before_fit` said so
         name = type(self).__name__
-        if not getattr(self, '_n_recorded', 1):
+        if not self._n_recorded:
             phases = ' or '.join(p for p, on in (('training', self.on_train), ('evaluation-mode (on_valid)', self.on_valid)) if on) or 'no'
             return f"{name}: nothing was recorded: no {phases} forward ran while the hooks were on"
-        silent = [h.name for h in self.hooks if not getattr(h, 'calls', 1)]
+        silent = [h.name for h in self.hooks if not self._calls[h.name].total]
         if not silent: return None
         return f"{name}: {len(silent)} of {len(self.hooks)} hooked layers recorded nothing: {', '.join(silent)}; " + _SILENT_WHY
 
     def _twice(self):
         "The report of the hooked layers that ran more than once in one recorded forward (None: none did)."
-        many = [(h.name, _per_forward(h)) for h in self.hooks if max(_per_forward(h), default=1) > 1]
+        per_forward = {name: c.per_forward | ({c.in_forward} if c.in_forward else set()) for name, c in self._calls.items()}
+        many = [(name, ns) for name, ns in per_forward.items() if max(ns, default=1) > 1]
         if not many: return None
         def calls(ns): return f"{min(ns)} to {max(ns)} calls" if len(ns) > 1 else f"{min(ns)} calls"
         layers = ', '.join(f"{n} ({calls(ns)})" for n, ns in many)
@@ -340,9 +349,9 @@ class _Attached:
     "What `HooksCallback.attach` returns: entering it runs the callback's `before_fit` on `model` and watches its phase, leaving it runs `after_fit` (when the block ended normally) and `cleanup_fit`, which removes the hooks."
     def __init__(self, cb, model): self.cb, self.model, self._entered = cb, model, []
     def _set_phase(self, mod, args):
-        if not recomputing(): self.cb._start_forward(mod.training)   # a checkpoint's recomputation is no new forward
+        if _graph_task_id() == -1: self.cb._start_forward(mod.training)   # not `recomputing()`: a checkpoint's recomputation is no new forward
     def _end_forward(self, mod, args, outp):
-        if not recomputing(): self.cb._training = None
+        if _graph_task_id() == -1: self.cb._training = None
     def __enter__(self):
         cb, learn, handles = self.cb, fc.NS(model=self.model), []
         try:
@@ -367,6 +376,7 @@ class _Attached:
                 raise
         run_cleanup_cbs([self.cb], 'cleanup_fit', learn, error=e)   # with `error`, cleanup errors become notes on the loop's own
 
+# %% ../nbs/09b_hooks.ipynb #f651e3f2
 @fc.patch
 def attach(self:HooksCallback, model):
     "A context manager hooking `model`'s `layers` for any training loop: records training-mode forwards (evaluation-mode ones when `on_valid`), removes every hook on exit, also on an error or Ctrl-C."

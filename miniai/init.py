@@ -15,16 +15,15 @@ import torch.nn.functional as F
 from torch.nn import init
 from torch.optim.lr_scheduler import OneCycleLR
 
+from .core import def_device, to_device
 from .datasets import *
 from .learner import *
 from .activations import *
 from .hooks import other_names
 
 # %% auto #0
-__all__ = ['variant_names', 'clean_ipython_hist', 'clean_tb', 'clean_mem', 'one_cycle', 'SchedCB', 'block_filter', 'get_model',
-           'init_weights', 'input_stats', 'Normalize', 'BatchTransformCB', 'normalize_cb', 'GeneralRelu', 'plot_func',
-           'lsuv_init', 'lsuv_model', 'LayerNorm', 'BatchNorm', 'variant_defaults', 'make_variant', 'variant_learner',
-           'conv']
+__all__ = ['clean_ipython_hist', 'clean_tb', 'clean_mem', 'get_model', 'init_weights', 'BatchTransformCB', 'GeneralRelu',
+           'plot_func', 'lsuv_init', 'LayerNorm', 'BatchNorm', 'conv']
 
 # %% ../nbs/11_initializing.ipynb #3cc5669f
 def clean_ipython_hist():
@@ -63,13 +62,36 @@ def one_cycle(opt, total_steps, pct_start=0.25):
     "A `OneCycleLR` over `total_steps` for `opt`, peaking at the optimiser's own learning rate after `pct_start` of them."
     return OneCycleLR(opt, max_lr=[g['lr'] for g in opt.param_groups], total_steps=total_steps, pct_start=pct_start)
 
+def _needs_total_steps(sched):
+    "Whether `sched(opt)` would still miss a `total_steps`: it has no default, or defaults to None (`OneCycleLR`) and neither it nor `epochs` and `steps_per_epoch` were given."
+    try: sig = inspect.signature(sched)
+    except (TypeError, ValueError): return False
+    p = sig.parameters.get('total_steps')
+    if p is None: return False
+    given = sched.keywords if isinstance(sched, partial) else {}
+    if 'total_steps' in given: return False
+    if p.default is p.empty: return True
+    return p.default is None and not ('epochs' in given and 'steps_per_epoch' in given)
+
 class SchedCB(Callback):
-    "Build a scheduler with `sched(opt, total_steps)` before fit and step it after every training step."
+    "Build the scheduler `sched(opt)` (as `schedo`) before fit, filling in a missing `total_steps` (the fit's training batches), and step it after every training step."
     order = TrainCB.order + 1
-    def __init__(self, sched=one_cycle): self.sched = sched
+    def __init__(self, sched=one_cycle):
+        if not callable(sched): raise TypeError(f"{type(self).__name__}: `sched` must be a scheduler class or function of the optimiser, got {type(sched).__name__}")
+        self.sched, self.schedo = sched, None
+    def _total_steps(self, learn):
+        if learn.n_epochs == 0: return 0
+        try: n = len(learn.dls.train)
+        except TypeError: raise TypeError(f"{type(self).__name__}: the training loader has no len(), so `total_steps` cannot be filled in: give it, as in partial(sched, total_steps=N)") from None
+        return learn.n_epochs * n
     def before_fit(self, learn):
-        self.scheduler = self.sched(learn.opt, learn.n_epochs * len(learn.dls.train))
-    def after_step(self, learn): self.scheduler.step()
+        self.schedo = None
+        if not _needs_total_steps(self.sched): self.schedo = self.sched(learn.opt)
+        elif (n := self._total_steps(learn)) > 0: self.schedo = self.sched(learn.opt, total_steps=n)
+        # else: no training step in this fit (`fit(0)`, an empty loader), so nothing to schedule
+    def _step(self, learn):
+        if learn.training and self.schedo is not None: self.schedo.step()
+    def after_step(self, learn): self._step(learn)
 
 # %% ../nbs/11_initializing.ipynb #f3e314e6
 def block_filter(m):
@@ -232,6 +254,7 @@ def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
 _lsuv_model_usage = ("lsuv_model(model, xb, acts=None, layers=None, tol=1e-3, max_iters=50). "
                      "For one (activation, layer) pair use lsuv_init(model, m, m_in, xb)")
 
+# %% ../nbs/11_initializing.ipynb #df3b5d02
 @_explain_call(_lsuv_model_usage)
 def lsuv_model(model, xb, acts=None, layers=None, tol=1e-3, max_iters=50):
     "LSUV over a model: `lsuv_init` for each pair (`acts[i]`, `layers[i]`), in order. Defaults: its activation modules, each with the conv/linear layer before it."
@@ -287,6 +310,8 @@ class BatchNorm(nn.Module):
 # %% ../nbs/11_initializing.ipynb #752e46b5
 variant_names = ('baseline', 'kaiming', 'normalized', 'generalrelu', 'lsuv', 'batchnorm')
 
+
+# %% ../nbs/11_initializing.ipynb #011dca72
 def variant_defaults(name):
     """The training recipe of lesson 11's variant `name`, without building anything. A dict with
     `lr` (the peak of the one-cycle schedule), `bs` (batch size), `epochs`, `opt_func` (optimiser factory),
@@ -301,7 +326,6 @@ def variant_defaults(name):
                     sched=partial(one_cycle, pct_start=0.3), nfs=(1, 16, 32, 64, 128))
     return dict(lr=0.2, bs=1024, epochs=3, opt_func=partial(optim.SGD, momentum=0.9),
                 sched=one_cycle, nfs=(1, 8, 16, 32, 64))
-
 
 # %% ../nbs/11_initializing.ipynb #7fb5c410
 def make_variant(name, dls, seed=1):
@@ -330,10 +354,8 @@ def make_variant(name, dls, seed=1):
     return dict(model=model, cbs=cbs + [SchedCB(recipe['sched'])], **recipe,
                 loss_func=F.cross_entropy, layers=block_filter)
 
-
 # %% ../nbs/11_initializing.ipynb #9d4145db
 def variant_learner(variant, dls, cbs=(), lr=None):
     "A `Learner` training `make_variant`'s dict `variant` on `dls`, with `TrainCB`, `DeviceCB`, its own and the extra `cbs`."
     return Learner(variant['model'], dls, variant['loss_func'], lr=lr or variant['lr'],
                    cbs=[TrainCB(), DeviceCB(), *variant['cbs'], *cbs], opt_func=variant['opt_func'])
-

@@ -6,18 +6,19 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, os, random, threading, contextlib, importlib.util, warnings
+import math, os, sys, random, subprocess, threading, contextlib, importlib.util, warnings, types
+from collections import OrderedDict
 import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 # %% auto #0
-__all__ = ['FIELDS', 'Moments', 'count_syncs', 'pow2_scale', 'fused_kernel', 'batch_moments', 'row_moments', 'sample_bins',
-           'scale_hists', 'Recorder']
+__all__ = ['Moments', 'batch_moments', 'Recorder']
 
 # %% ../nbs/09c_kernel.ipynb #64a5b1c0
 FIELDS = ('count', 'nan', 'posinf', 'neginf', 'mean', 'm2', 'min', 'max', 'zeros', 'low', 'high')
+
+# %% ../nbs/09c_kernel.ipynb #a578cd0b
 _IX = {k: i for i, k in enumerate(FIELDS)}
 _SUMMED = [_IX[k] for k in ('nan', 'posinf', 'neginf', 'zeros', 'low', 'high')]   # fields that merge by addition
 
@@ -94,56 +95,16 @@ def to_dict(self:Moments):
     d['std'] = math.sqrt(d['var']) if d['var'] == d['var'] else math.nan
     return d
 
-# %% ../nbs/09c_kernel.ipynb #eba2ca0e
-class count_syncs(TorchDispatchMode):
-    "Count ops that would synchronise with the device (scalar reads, `.cpu()`, `.tolist()`, `.numpy()`) inside a `with` block."
-    _methods = ('tolist', 'numpy', 'cpu')
-    def __init__(self):
-        super().__init__()
-        self.n, self.ops = 0, []
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten._local_scalar_dense.default: self._hit('item')
-        elif func is torch.ops.aten._to_copy.default and str(kwargs.get('device', '')) == 'cpu': self._hit('to(cpu)')
-        return func(*args, **kwargs)
-    def _hit(self, name): self.n += 1; self.ops.append(name)
-    def __enter__(self):
-        # on a CPU tensor these never reach the dispatcher, so they are counted at the Python level,
-        # only on the thread that entered the block (dispatch modes are per thread too)
-        self._orig = {nm: getattr(torch.Tensor, nm) for nm in self._methods}
-        tid = threading.get_ident()
-        for nm, f in self._orig.items():
-            def wrapped(t, *args, _f=f, _nm=nm, **kwargs):
-                if threading.get_ident() == tid: self._hit(_nm)
-                return _f(t, *args, **kwargs)
-            setattr(torch.Tensor, nm, wrapped)
-        return super().__enter__()
-    def __exit__(self, *args):
-        for nm, f in self._orig.items(): setattr(torch.Tensor, nm, f)
-        return super().__exit__(*args)
-
 # %% ../nbs/09c_kernel.ipynb #602a9dcb
-# Every in-place op in this module writes into memory the kernel allocated itself (these buffers, or a fresh result):
-# `.float()`, `.double()`, `.view()`, `.contiguous()`... may return the user's tensor, which is only ever read.
-_scratch_bufs = {}
-
-def _scratch(n, dtype, device, slot=0):
-    "A reusable flat buffer of `n` elements for this thread, so that the kernel allocates nothing per call. Never an inference tensor (one made under `torch.inference_mode()` could not be written outside it)."
-    key = (threading.get_ident(), device, dtype, slot)
-    buf = _scratch_bufs.get(key)
-    if buf is None or buf.numel() < n or buf.is_inference():
-        with torch.inference_mode(False): buf = _scratch_bufs[key] = torch.empty(n, dtype=dtype, device=device)
-    return buf[:n]
-
-def _as_float(x):
-    "`x` detached and flat, half types upcast to float32 (into a scratch buffer when a copy is needed); None for non-float or empty tensors. Read only: it may be `x`'s own memory."
+# Every in-place op in this module writes into memory the kernel allocated itself (a fresh result or a copy):
+# `.float()`, `.double()`, `.view()`, `.reshape()`... may return the user's tensor, which is only ever read.
+def flat_float(x):
+    "`x` detached and flat, half types upcast to float32; None for non-float or empty tensors. Read only: it may be `x`'s own memory (a copy only when `x` is not contiguous or a half type)."
     if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0: return None
     x = x.detach()
-    half = x.dtype in (torch.float16, torch.bfloat16)
-    if x.is_contiguous() and not half: return x.view(-1)
-    # e.g. a convolution's channels-last output: one copy into warm memory, not a fresh allocation
-    buf = _scratch(x.numel(), torch.float32 if half else x.dtype, x.device, 3)
-    return buf.view(x.shape).copy_(x).view(-1)
+    if x.dtype in (torch.float16, torch.bfloat16): return x.to(torch.float32, memory_format=torch.contiguous_format).view(-1)
+    return x.reshape(-1)        # e.g. a convolution's channels-last output: one copy
+
 
 def pow2_scale(amax):
     "Powers of two `s` (shaped like `amax`) that bring the magnitudes `amax` into [0.5, 1); 1 where `amax` is 0 or not finite."
@@ -152,70 +113,96 @@ def pow2_scale(amax):
     return torch.ldexp(torch.ones_like(amax), (-torch.where(ok, e, 0)).clamp(max=1000))   # 2^1000: subnormals need no more
 
 # %% ../nbs/09c_kernel.ipynb #2f3dd92d
-def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True):
-    "`batch_moments` with torch ops on `x`'s device, along its last dim (one row per row of a 2-d `x`): about 25 ops, no host sync."
-    c = _scratch(x.numel(), torch.float64, x.device, 0).view(x.shape).copy_(x)
-    fin = torch.isfinite(c)
-    def count(b): return b.sum(-1).double()
-    n, nan = count(fin), count(torch.isnan(c))
-    posinf, neginf = count(c == math.inf), count(c == -math.inf)
-    skipped = torch.full_like(n, math.nan)
-    n_low, n_high = (count(c.abs() < low), count(c.abs() >= high) - posinf - neginf) if ranges else (skipped, skipped)
-    n_zero = count(c == 0) if zeros else skipped
-    mn = torch.where(fin, c, math.inf).amin(-1)
-    mx = torch.where(fin, c, -math.inf).amax(-1)
-    s = pow2_scale(torch.maximum(mn.abs(), mx.abs()))    # 1 when there are no finite values
-    c = c.nan_to_num_(nan=0., posinf=0., neginf=0.).mul_(s[..., None])
-    safe_n = n.clamp(min=1)
-    mean_s = c.sum(-1) / safe_n
-    d = c.sub_(mean_s[..., None]).mul_(fin)              # deviations of the finite values, 0 elsewhere
-    corr = d.sum(-1) / safe_n                            # the corrected two-pass formula: the first mean's rounding taken out
-    m2_s = (d.square().sum(-1) - n * corr * corr).clamp(min=0)
-    same = mn == mx                                      # a constant: its value, and m2 exactly 0
-    mean = torch.where(same, mn, torch.where(n > 0, (mean_s + corr) / s, 0.))
-    m2 = torch.where(same, 0., m2_s / s / s)
-    if not minmax: mn, mx = skipped, skipped
-    return torch.stack([n, nan, posinf, neginf, mean, m2, mn, mx, n_zero, n_low, n_high], -1)
+def _torch_consts(dtype, device, numel, low, high, zeros, ranges, minmax):
+    "The constant tensors of `_moments_torch`: the |x| thresholds, the values counted, and the map from the counts to `FIELDS`."
+    with torch.inference_mode(False):
+        below = torch.tensor([low, high, math.inf], dtype=dtype, device=device)        # |x| below each: low, not high, finite
+        equal = torch.tensor([math.inf, -math.inf, 0.][:3 if zeros else 2], dtype=dtype, device=device)
+        M = torch.zeros(3 + len(equal), len(FIELDS), dtype=torch.float64)
+        bias = torch.zeros(len(FIELDS), dtype=torch.float64)
+        I = _IX
+        M[2, I['count']] = M[3, I['posinf']] = M[4, I['neginf']] = 1
+        bias[I['nan']] = numel; M[2:5, I['nan']] = -1                                 # what is neither finite nor ±Inf
+        if ranges: M[0, I['low']] = M[2, I['high']] = 1; M[1, I['high']] = -1          # finite and not below `high`
+        else: bias[I['low']] = bias[I['high']] = math.nan
+        if zeros: M[5, I['zeros']] = 1
+        else: bias[I['zeros']] = math.nan
+        if not minmax: bias[I['min']] = bias[I['max']] = math.nan
+        return below, equal, M.to(device), bias.to(device)
+
+def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True, consts=None):
+    "`batch_moments` with torch ops on `x`'s device, along its last dim (one row per row of a 2-d `x`): about 20 ops, no host sync. `consts`: a dict to keep the constant tensors in."
+    key = (x.dtype, x.device, x.shape[-1], float(low), float(high), bool(zeros), bool(ranges), bool(minmax))
+    c = consts.get(key) if consts is not None else None
+    if c is None:
+        c = _torch_consts(*key)
+        if consts is not None:
+            if len(consts) >= 8: consts.clear()
+            consts[key] = c
+    below, equal, M, bias = c
+    a = x.abs()
+    lt = a.unsqueeze(-2) < below[:, None]                # [..., 3, n]: |x| < low, |x| < high, finite
+    fin = lt[..., 2, :]
+    counts = torch.cat([lt, x.unsqueeze(-2) == equal[:, None]], -2).sum(-1, dtype=torch.float64)
+    out = torch.addmm(bias, counts.view(-1, counts.shape[-1]), M).view(*x.shape[:-1], len(FIELDS))   # every count, exact
+    n = out[..., _IX['count']]
+    # one pass of deviations from K, the first finite value (0 when there is none): a constant gives 0s, its value and m2 0
+    first = fin.to(torch.uint8).argmax(-1, keepdim=True)
+    K = x.gather(-1, first).nan_to_num_(0., 0., 0.).double()
+    scaled = x.dtype == torch.float64                    # float64 squares can overflow or underflow: a power of two first
+    if scaled:
+        e = torch.frexp(torch.where(fin, a, 0.).amax(-1, keepdim=True))[1]
+        s = torch.pow(torch.full_like(K, 2.), e.neg_().clamp_(max=1000))
+        d = (x * s - K * s).nan_to_num_(0., 0., 0.)
+    else: d = (x - K).nan_to_num_(0., 0., 0.)           # float32 values: their differences never overflow in float64
+    S = d.sum(-1)
+    Q = (d.unsqueeze(-2) @ d.unsqueeze(-1))[..., 0, 0]  # the sum of squares, one op
+    corr = S / n.clamp(min=1)
+    m2 = torch.addcmul(Q, S, corr, value=-1).clamp_(min=0)
+    mean = K[..., 0] + corr
+    if scaled: mean, m2 = (K[..., 0] * s[..., 0] + corr) / s[..., 0], m2 / s[..., 0] / s[..., 0]
+    out[..., 4:6] = torch.stack([mean, m2], -1)
+    if minmax:
+        inf = math.inf           # NaN and ±Inf out of the way of each
+        out[..., 6:8] = torch.stack([x.nan_to_num(inf, inf, inf).amin(-1), x.nan_to_num(-inf, -inf, -inf).amax(-1)], -1)
+    return out
 
 # %% ../nbs/09c_kernel.ipynb #ff8888f2
 # How the loops stay exact. The moments are taken in blocks of `_BLOCK` values: each block's deviations are summed around
 # one of its own values `K` (a shift that keeps them small) and the corrected two-pass formula `m2 = Σd² - (Σd)²/k` takes
-# out what K's distance from the block mean costs; blocks merge with Chan's formula. A block holding a NaN or Inf (its sum
-# of squares is then not finite) is redone value by value, its finite values scaled by a power of two (exact) so that no
-# square overflows. The min and max come from the floats' bits (the bits of finite floats sort like integers).
+# out what K's distance from the block mean costs; blocks merge with Chan's formula. The same loop counts the values below
+# `low`, from `high` on and equal to 0 (float sums of ones, exact in a block). A block holding a NaN or Inf (its sum of
+# squares is then not finite) is redone value by value, its finite values scaled by a power of two (exact) so that no square
+# overflows. The min and max come from the floats' bits (the bits of finite floats sort like integers), block by block.
 # fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
 _BLOCK = 4096
 
-def _minmax_loop(ints, uints):
-    "Signed min and max and unsigned max of the bits of a float array (valid only when every value is finite)."
-    smin, smax, umax = ints[0], ints[0], uints[0]
-    for i in range(ints.size):
+def _block_loop(x, st, e, K, lo, hi):
+    "Σd, Σd² (d = x - K, in float64) and the counts of |x| < lo, |x| >= hi and x == 0 of block `x[st:e]`: one vectorised loop."
+    one, nil = x.dtype.type(1), x.dtype.type(0)
+    q = c = 0.
+    l = h = z = nil
+    for i in range(st, e):
+        v = x[i]
+        d = np.float64(v) - K
+        q += d * d; c += d
+        a = abs(v)
+        l += one if a < lo else nil
+        h += one if a >= hi else nil
+        z += one if v == nil else nil
+    return c, q, l, h, z
+
+def _bits_loop(ints, uints, st, e, smin, smax, umax):
+    "The signed min and max and the unsigned max of the bits of block `[st:e]` and of `smin`, `smax`, `umax`."
+    for i in range(st, e):
         b = ints[i]
         smin = min(smin, b); smax = max(smax, b); umax = max(umax, uints[i])
     return smin, smax, umax
 
-def _counts_loop(x, low, high, zeros, ranges):
-    "Values with |x| < low and |x| >= high (Inf included) when `ranges`, and values equal to 0 when `zeros`, as float sums per block (exact)."
-    one, nil = x.dtype.type(1), x.dtype.type(0)
-    lo, hi = x.dtype.type(low), x.dtype.type(high)
-    n_low = n_high = n_zero = 0.
-    for st in range(0, x.size, 1 << 20):       # float32 sums of ones are exact below 2^24
-        e = min(st + (1 << 20), x.size)
-        l = h = z = nil
-        if ranges:
-            for i in range(st, e):
-                a = abs(x[i])
-                l += one if a < lo else nil
-                h += one if a >= hi else nil
-        if zeros:
-            for i in range(st, e): z += one if x[i] == nil else nil
-        n_low += l; n_high += h; n_zero += z
-    return n_low, n_high, n_zero
-
 def _slow_block(x, st, e):
-    "`(k, mean, m2, nan, posinf, neginf)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two."
+    "`(k, mean, m2, nan, posinf, neginf, min, max)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two."
     k = nan = pinf = ninf = 0
-    big = 0.
+    big, mn, mx = 0., np.inf, -np.inf
     for i in range(st, e):
         v = np.float64(x[i])
         if v != v: nan += 1
@@ -223,8 +210,8 @@ def _slow_block(x, st, e):
         elif v == -np.inf: ninf += 1
         else:
             k += 1
-            big = max(big, abs(v))
-    if k == 0: return 0, 0., 0., nan, pinf, ninf
+            big = max(big, abs(v)); mn = min(mn, v); mx = max(mx, v)
+    if k == 0: return 0, 0., 0., nan, pinf, ninf, mn, mx
     sc = math.ldexp(1., min(-math.frexp(big)[1], 1000)) if big > 0 else 1.
     s = 0.
     for i in range(st, e):
@@ -237,27 +224,33 @@ def _slow_block(x, st, e):
         if np.isfinite(v):
             d = v * sc - mb
             q += d * d; c += d
-    return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf
+    return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx
 
-def _moments_loop(x, out):
-    "Count, mean and m2 of the finite values of `x` in blocks (out[0], out[4], out[5]) and the NaN/+Inf/-Inf counts (out[1:4])."
+def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out):
+    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN)."
+    lo, hi = x.dtype.type(low), x.dtype.type(high)
     n, mean, m2 = 0., 0., 0.
     K0, off = 0., 0.           # block means are merged as offsets from the first one: small numbers, merged precisely
     nan = pinf = ninf = 0
+    n_low = n_high = n_zero = 0.
+    smin, smax, umax = ints[0], ints[0], uints[0]
+    fmn, fmx, bits = np.inf, -np.inf, False          # min/max of the blocks with NaN/Inf; whether the bits hold any block
     for st in range(0, x.size, _BLOCK):
         e = min(st + _BLOCK, x.size)
         K = np.float64(x[st])
-        q = c = 0.
-        for i in range(st, e):
-            d = np.float64(x[i]) - K
-            q += d * d; c += d
+        c, q, l, h, z = _block_loop(x, st, e, K, lo, hi)
+        n_low += l; n_high += h; n_zero += z
         if np.isfinite(q):                      # every value finite, squares in range
             k = e - st
             mb, m2b = K + c / k, max(q - c * c / k, 0.)
             base, rel = K, c / k                # the block mean as a data value plus a small offset: no rounding of `mb`
+            if minmax:
+                if not bits: smin, smax, umax = ints[st], ints[st], uints[st]
+                smin, smax, umax = _bits_loop(ints, uints, st, e, smin, smax, umax); bits = True
         else:
-            k, mb, m2b, a, b, cc = _slow_block(x, st, e)
+            k, mb, m2b, a, b, cc, bmn, bmx = _slow_block(x, st, e)
             nan += a; pinf += b; ninf += cc
+            fmn = min(fmn, bmn); fmx = max(fmx, bmx)
             if k == 0: continue
             base, rel = mb, 0.
         if n == 0:
@@ -272,149 +265,25 @@ def _moments_loop(x, out):
         n = tot
     if n > 0 and np.isfinite(off) and np.isfinite(K0 + off): mean = K0 + off
     out[0], out[1], out[2], out[3], out[4], out[5] = n, nan, pinf, ninf, mean, m2
-
-def _finite_minmax_loop(x):
-    "Min and max of the finite values of `x` (inf, -inf when there are none)."
-    mn, mx = np.inf, -np.inf
-    for i in range(x.size):
-        v = np.float64(x[i])
-        if np.isfinite(v):
-            mn = min(mn, v); mx = max(mx, v)
-    return mn, mx
-
-def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out):
-    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN)."
-    _moments_loop(x, out)
     out[6] = out[7] = out[8] = out[9] = out[10] = np.nan
-    if ranges or zeros:
-        n_low, n_high, n_zero = _counts_loop(x, low, high, zeros, ranges)
-        if zeros: out[8] = n_zero
-        if ranges: out[9], out[10] = n_low, n_high - out[2] - out[3]   # Inf is not a finite value beyond `high`
-    if not minmax: pass
-    elif out[1] + out[2] + out[3] > 0:          # NaN/Inf: their bits would spoil the integer min/max
-        mn, mx = _finite_minmax_loop(x)
+    if zeros: out[8] = n_zero
+    if ranges: out[9], out[10] = n_low, n_high - pinf - ninf   # Inf is not a finite value beyond `high`
+    if minmax:
+        mn, mx = fmn, fmx
+        if bits:
+            # finite floats: positives sort as signed integers; negatives (sign bit set) sort by magnitude as unsigned ones
+            t = np.empty(2, uints.dtype)
+            ti = t.view(ints.dtype)
+            if smin < 0: t[0] = umax
+            else: ti[0] = smin
+            ti[1] = smax if smax >= 0 else smin
+            f = t.view(x.dtype)
+            mn = min(mn, np.float64(f[0])); mx = max(mx, np.float64(f[1]))
         out[6], out[7] = mn, mx
-    else:
-        smin, smax, umax = _minmax_loop(ints, uints)
-        # finite floats: positives sort as signed integers; negatives (sign bit set) sort by magnitude as unsigned ones
-        t = np.empty(2, uints.dtype)
-        ti = t.view(ints.dtype)
-        if smin < 0: t[0] = umax
-        else: ti[0] = smin
-        ti[1] = smax if smax >= 0 else smin
-        f = t.view(x.dtype)
-        out[6], out[7] = f[0], f[1]
-    if out[0] > 0 and out[6] == out[7]: out[4], out[5] = out[6], 0.   # a constant (blocks of one value give 0 anyway)
-    if out[0] == 0:
-        out[4], out[5] = 0., 0.
-        if minmax: out[6], out[7] = np.inf, -np.inf
-def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
-    "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
-    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r])
+        if n > 0 and mn == mx: out[4], out[5] = mn, 0.   # a constant (blocks of one value give 0 anyway)
+    if n == 0: out[4], out[5] = 0., 0.
 
-# %% ../nbs/09c_kernel.ipynb #d5a7dbac
-_HAVE_NUMBA = importlib.util.find_spec('numba') is not None
-_FUSED = [_HAVE_NUMBA and os.environ.get('MINIAI_FUSED', '1') != '0']
-_LOOPS = {}
-
-def _jit(f):
-    import numba
-    opts = dict(fastmath={'reassoc', 'contract'}, nogil=True)
-    try: return numba.njit(cache=True, **opts)(f)
-    except Exception: return numba.njit(**opts)(f)          # no writable cache folder: compile in memory
-
-_COMPILE_LOCK = threading.Lock()
-
-def _compile_loops():
-    "The compiled loops (a dict), or None, with a warning once, when numba cannot compile them (then the torch ops run). Thread-safe: threads wait for the first compile."
-    if _LOOPS: return _LOOPS
-    with _COMPILE_LOCK:
-        if not _FUSED[0]: return None
-        return _LOOPS or _compile_loops_locked()
-
-def _compile_loops_locked():
-    try:
-        jit, g = _jit, globals()
-        for name in ('_minmax_loop', '_counts_loop', '_slow_block', '_moments_loop', '_finite_minmax_loop'):
-            g[name] = jit(g[name])                               # the loops call each other compiled
-        g['_pass_loop'] = jit(g['_pass_loop'])
-        _LOOPS['pass'] = g['_pass_loop']
-        _LOOPS['rows'] = jit(_rows_loop)
-        for dt in (np.float32, np.float64):                      # compile now, not inside a timed hook later
-            a = np.zeros(2, dt)
-            i, u = _INT_VIEWS[a.dtype]
-            _LOOPS['pass'](a, a.view(i), a.view(u), 0.25, 10., True, True, True, np.empty(len(FIELDS)))
-    except Exception as e:
-        _LOOPS.clear(); _FUSED[0] = False
-        warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
-        return None
-    return _LOOPS
-
-@contextlib.contextmanager
-def fused_kernel(enabled=True):
-    "Within this block the compiled CPU loops are used (`True`, the default when numba is installed) or the torch ops that other devices run (`False`)."
-    old, _FUSED[0] = _FUSED[0], bool(enabled) and _HAVE_NUMBA
-    try: yield
-    finally: _FUSED[0] = old
-
-_INT_VIEWS = {np.dtype(np.float32): (np.int32, np.uint32), np.dtype(np.float64): (np.int64, np.uint64)}
-# numpy's view of a CPU tensor (no copy), taken through the method itself: `count_syncs` watches `Tensor.numpy`,
-# which on a GPU tensor would be a device read, and the compiled loops only ever see CPU tensors
-_np_view = torch.Tensor.numpy
-
-def _cpu_pass(x, low, high, zeros, ranges=True, minmax=True):
-    a = _np_view(x)
-    i, u = _INT_VIEWS[a.dtype]
-    out = np.empty(len(FIELDS))
-    _LOOPS['pass'](a, a.view(i), a.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
-    return torch.from_numpy(out)
-
-def _use_loops(x):
-    return _FUSED[0] and x.is_cpu and x.dtype in (torch.float32, torch.float64) and (bool(_LOOPS) or _compile_loops() is not None)
-
-def _moments_row(f, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
-    "The `Moments` tensor (one row) of flat float `f` (from `_as_float`): the compiled loops or the torch ops."
-    if _use_loops(f): return _cpu_pass(f, low, high, zeros, ranges, minmax)
-    return _moments_torch(f, low, high, zeros, ranges, minmax)
-
-def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
-    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. Each of `zeros`, `ranges` (`low`, `high`) and `minmax` costs a read of its own on the CPU: `False` skips it (the fields read NaN)."
-    f = _as_float(x)
-    if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-    return Moments(_moments_row(f, low, high, zeros, ranges, minmax))
-
-# %% ../nbs/09c_kernel.ipynb #c38c5f71
-def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
-    "`Moments` of each row of 2-d `a` (shape `[rows, len(FIELDS)]`), in one compiled loop or one set of torch ops for all rows."
-    a = a.detach()
-    if not a.is_floating_point() or a.dtype in (torch.float16, torch.bfloat16): a = a.float()
-    a = a.contiguous()
-    if a.numel() == 0: return Moments.empty(len(a), device=a.device)
-    if _use_loops(a):
-        x = _np_view(a)
-        i, u = _INT_VIEWS[x.dtype]
-        out = np.empty((len(a), len(FIELDS)))
-        _LOOPS['rows'](x, x.view(i), x.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
-        return Moments(torch.from_numpy(out))
-    return Moments(_moments_torch(a, low, high, zeros, ranges, minmax))
-
-# %% ../nbs/09c_kernel.ipynb #affc8c24
-_TABLE_ROWS = 32
-
-def _sample_table(n, sample, device, run=1):
-    "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n`: start j lies in the j-th of equal slices of [0, n - run]."
-    key = ('strata', n, sample, run, str(device))
-    tab = _scratch_bufs.get(key)
-    if tab is not None: return tab
-    with torch.inference_mode(False):     # a table first drawn in a calibration pass is a normal tensor too
-        g = torch.Generator(device=device).manual_seed(n)
-        k = sample // run
-        u = torch.rand(_TABLE_ROWS, k, generator=g, dtype=torch.float64, device=device)
-        pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
-        tab = _scratch_bufs[key] = pos.floor_().clamp_(0, n - run).long()
-    return tab
-
-def _sample_bins_loop(x, idx, run, scale, hist):
+def _bins_loop(x, idx, run, scale, hist):
     "Add the runs of `run` values starting at `idx` (all of `x` when `idx` is empty) to `hist` by bin `min(|x| * scale, bins)` (NaN in the last)."
     top = np.float64(hist.size - 2)
     if idx.size == 0:
@@ -427,28 +296,196 @@ def _sample_bins_loop(x, idx, run, scale, hist):
                 v = abs(np.float64(x[i])) * scale
                 hist[int(v if v < top else top)] += 1
 
-def _count(idx, n):
-    "Counts of the values 0..`n`-1 in int tensor `idx`. On a GPU `bincount` reads the maximum back to the host, so there we add ones."
-    if idx.device.type == 'cpu': return torch.bincount(idx, minlength=n)
-    return torch.zeros(n, dtype=torch.int64, device=idx.device).index_add_(0, idx, torch.ones_like(idx, dtype=torch.int64))
+def _record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run, scale, hist):
+    "What `Recorder.record` computes on the CPU, in one call: the pass into `out`, and the sample's bins into `hist` (when it has any)."
+    _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out)
+    if hist.size: _bins_loop(x, idx, run, scale, hist)
 
-_NO_INDEX = np.zeros(0, np.int64)
+def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
+    "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
+    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r])
 
-def sample_bins(x, bins=40, hi=10., idx=None, run=1):
-    "Raw counts (int64, `bins`+2) of the runs of `run` values of flat float `x` starting at `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`; only the middle bins 1..bins-1 are used (the others come exact from the pass)."
+# %% ../nbs/09c_kernel.ipynb #d5a7dbac
+_HAVE_NUMBA = importlib.util.find_spec('numba') is not None
+_FUSED = [_HAVE_NUMBA]            # the process-wide default: the loops when numba is there (and MINIAI_FUSED is not 0)
+_local = threading.local()        # `fused_kernel`'s choice, for this thread only
+_LOOPS = {}                       # 'record', 'pass', 'rows': the compiled loops once ready; 'failed' when numba could not compile
+_LOOP_NAMES = ('_block_loop', '_bits_loop', '_slow_block', '_pass_loop', '_bins_loop', '_record_loop', '_rows_loop')
+_COMPILE_LOCK, _COMPILED = threading.Lock(), threading.Event()
+
+def _compile_loops():
+    "Compile the loops (numba, cached on disk) into `_LOOPS`; a warning, and the torch ops from then on, when numba cannot."
+    try:
+        import numba
+        opts = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')
+        ns = dict(globals())     # the loops call each other compiled in this namespace; the module's own names stay Python
+        for name in _LOOP_NAMES:
+            f = globals()[name]
+            py = types.FunctionType(f.__code__, ns, name, f.__defaults__)
+            py.__qualname__, py.__module__ = f.__qualname__, f.__module__
+            try: ns[name] = numba.njit(cache=True, **opts)(py)
+            except Exception: ns[name] = numba.njit(**opts)(py)          # no writable cache folder: compile in memory
+        for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):   # compile now, not in a hook
+            a = np.zeros(2, dt)
+            ns['_record_loop'](a, a.view(it), a.view(ut), 0.25, 10., True, True, True, np.empty(len(FIELDS)), _NO_INDEX, 16, 4.,
+                               np.zeros(42, np.int64))
+            ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
+        _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'])
+    except Exception as e:
+        _LOOPS['failed'] = True
+        warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
+    finally: _COMPILED.set()
+
+def _cached():
+    "Whether numba's disk cache seems to hold the loops of this very file (then loading them here takes a moment)."
+    if '__file__' not in globals(): return False          # run from the notebook: nothing cached
+    src = os.path.abspath(__file__)
+    where = os.environ.get('NUMBA_CACHE_DIR') or os.path.join(os.path.dirname(src), '__pycache__')
+    try: mtime = os.path.getmtime(src)
+    except OSError: return False
+    for root, _, files in os.walk(where):
+        if any(f.startswith('kernel._record_loop-') and f.endswith('.nbi') and os.path.getmtime(os.path.join(root, f)) >= mtime for f in files): return True
+    return False
+
+def _compile_in_background():
+    "Compile the loops in a child process at the lowest priority (it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
+    if not _cached() and '__file__' in globals():
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get('PYTHONPATH', '')]))
+        try: subprocess.run([sys.executable, '-c', 'import os; os.nice(19); import miniai.kernel as K; K._compile_loops()'], env=env, timeout=900,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except Exception: pass
+    _compile_loops()
+
+def _start_compiling():
+    with _COMPILE_LOCK:
+        if 'started' in _LOOPS: return
+        _LOOPS['started'], _LOOPS['cached'] = True, _cached()
+    threading.Thread(target=_compile_in_background, name='miniai-kernel-compile', daemon=True).start()
+
+def _loops(wait):
+    "The compiled loops, or None: then the torch ops run. The first call starts compiling them in a background thread (seconds the first time, then from numba's disk cache), waiting for it at most `wait` seconds (None: until done)."
+    if 'record' in _LOOPS: return _LOOPS
+    if 'failed' in _LOOPS: return None
+    _start_compiling()
+    _COMPILED.wait(wait)
+    return _LOOPS if 'record' in _LOOPS else None
+
+_FIRST_WAIT = 2.   # seconds a first recording waits for the loops when numba's disk cache holds them, before the torch ops run
+
+# %% ../nbs/09c_kernel.ipynb #1f0d8780
+@contextlib.contextmanager
+def fused_kernel(enabled=True):
+    "Within this block, in this thread, the compiled CPU loops are used (`True`, the default when numba is installed; it waits for them to compile) or the torch ops that other devices run (`False`)."
+    old, _local.fused = getattr(_local, 'fused', None), bool(enabled) and _HAVE_NUMBA
+    try: yield
+    finally: _local.fused = old
+
+# %% ../nbs/09c_kernel.ipynb #6aa926a6
+_INT_VIEWS = {np.dtype(np.float32): (np.int32, np.uint32), np.dtype(np.float64): (np.int64, np.uint64)}
+# numpy's view of a CPU tensor (no copy), taken through the method itself: `count_syncs` watches `Tensor.numpy`,
+# which on a GPU tensor would be a device read, and the compiled loops only ever see CPU tensors
+_np_view = torch.Tensor.numpy
+_NO_INDEX, _NO_HIST = np.zeros(0, np.int64), np.zeros(0, np.int64)
+
+def _loops_for(x):
+    "The compiled loops when they compute `x`'s statistics (a CPU float32/float64 tensor, and the loops chosen and ready), else None."
+    if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
+    want = getattr(_local, 'fused', None)
+    if want is None:
+        want = _FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'
+        if not want: return None
+        if 'record' in _LOOPS: return _LOOPS
+        if _FUSED[0] is not _HAVE_NUMBA: return _loops(None)
+        _start_compiling()
+        return _loops(_FIRST_WAIT if _LOOPS['cached'] else 0)     # a cached load is quick: wait for it; a compile is not
+    return _loops(None) if want else None
+
+def _cpu_pass(loops, f, low, high, zeros, ranges, minmax, idx=None, run=1, scale=1., bins=None):
+    "The pass (a `Moments` row tensor) and, when `bins` is given, the raw bins of the sample at `idx` (all of `f` when None), in one compiled call."
+    a = _np_view(f)
+    i, u = _INT_VIEWS[a.dtype]
+    out = np.empty(len(FIELDS))
+    hist = _NO_HIST if bins is None else np.zeros(bins + 2, np.int64)
+    loops['record'](a, a.view(i), a.view(u), low, high, zeros, ranges, minmax, out,
+                    _NO_INDEX if idx is None else _np_view(idx), run, scale, hist)
+    return torch.from_numpy(out), (None if bins is None else torch.from_numpy(hist))
+
+def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
+    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. `zeros`, `ranges` (`low`, `high`) and `minmax`: `False` skips them (the fields read NaN)."
+    f = flat_float(x)
+    if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
+    loops = _loops_for(f)
+    if loops is not None: return Moments(_cpu_pass(loops, f, float(low), float(high), bool(zeros), bool(ranges), bool(minmax))[0])
+    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
+
+# %% ../nbs/09c_kernel.ipynb #c38c5f71
+def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
+    "`Moments` of each row of 2-d `a` (shape `[rows, len(FIELDS)]`), in one compiled loop or one set of torch ops for all rows."
+    a = a.detach()
+    if not a.is_floating_point() or a.dtype in (torch.float16, torch.bfloat16): a = a.float()
+    a = a.contiguous()
+    if a.numel() == 0: return Moments.empty(len(a), device=a.device)
+    loops = _loops_for(a)
+    if loops is not None:
+        x = _np_view(a)
+        i, u = _INT_VIEWS[x.dtype]
+        out = np.empty((len(a), len(FIELDS)))
+        loops['rows'](x, x.view(i), x.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
+        return Moments(torch.from_numpy(out))
+    return Moments(_moments_torch(a, low, high, zeros, ranges, minmax))
+
+# %% ../nbs/09c_kernel.ipynb #affc8c24
+_TABLE_ROWS = 32
+_TABLES, _TABLES_MAX, _TABLES_LOCK = OrderedDict(), 8, threading.Lock()   # the last few tables drawn (bounded: sequence lengths vary)
+
+def _sample_table(n, sample, device, run=1):
+    "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n`: start j lies in the j-th of equal slices of [0, n - run]. The same for the same arguments (seeded by `n`)."
+    key = (n, sample, run, str(device))
+    with _TABLES_LOCK:
+        tab = _TABLES.get(key)
+        if tab is not None:
+            _TABLES.move_to_end(key)
+            return tab
+    with torch.inference_mode(False):     # a table first drawn in a calibration pass is a normal tensor too
+        g = torch.Generator(device=device).manual_seed(n)
+        k = sample // run
+        u = torch.rand(_TABLE_ROWS, k, generator=g, dtype=torch.float64, device=device)
+        pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
+        tab = pos.floor_().clamp_(0, n - run).long()
+    with _TABLES_LOCK:
+        _TABLES[key] = tab
+        while len(_TABLES) > _TABLES_MAX: _TABLES.popitem(last=False)
+    return tab
+
+def _sample_bins_torch(x, bins, hi, idx=None, consts=None):
+    "Raw counts (int64, `bins`+2) of the values of flat float `x` at positions `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`, with torch ops; only the middle bins 1..bins-1 are used (the others come exact from the pass)."
     scale = bins / hi
-    if _use_loops(x):
-        hist = np.zeros(bins + 2, np.int64)
-        if 'bins' not in _LOOPS: _LOOPS['bins'] = _jit(_sample_bins_loop)
-        _LOOPS['bins'](_np_view(x), _NO_INDEX if idx is None else _np_view(idx), run, scale, hist)
-        return torch.from_numpy(hist)
-    if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
     v = x if idx is None else x.index_select(0, idx)
-    a = v.to(torch.float64, copy=True).abs_().mul_(scale)   # float64, as the loop computes it, in a copy: `v` may be the user's tensor
-    b = torch.where(a < bins, a, bins).long()          # NaN and Inf to the top bin, as in the loop
-    return _count(b, bins + 2)
+    exact32 = x.dtype == torch.float32 and math.frexp(scale)[0] == 0.5      # a power of two: |x|*scale exact in float32 too
+    a = v.abs() if exact32 else v.to(torch.float64, copy=True).abs_()       # as the loop computes it, in memory of our own
+    top = _const(consts, ('top', a.dtype, a.device, bins), lambda: torch.tensor(float(bins), dtype=a.dtype, device=a.device))
+    b = torch.fmin(a.mul_(scale), top).long()         # NaN and Inf to the top bin, as in the loop
+    ones = _const(consts, ('ones', b.device, len(b)), lambda: torch.ones(len(b), dtype=torch.int64, device=b.device))
+    return torch.zeros(bins + 2, dtype=torch.int64, device=x.device).index_add_(0, b, ones)
 
-def scale_hists(raw, m):
+def _const(consts, key, make):
+    "`consts[key]`, made by `make()` the first time (outside inference mode); `consts` None: made every time. At most 16 kept."
+    c = None if consts is None else consts.get(key)
+    if c is None:
+        with torch.inference_mode(False): c = make()
+        if consts is not None:
+            if len(consts) >= 16: consts.clear()
+            consts[key] = c
+    return c
+
+def _sample_bins(x, bins=40, hi=10., idx=None, run=1):
+    "Raw counts (int64, `bins`+2) of the runs of `run` values of flat float `x` starting at `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`."
+    loops = _loops_for(x)
+    if loops is not None: return _cpu_pass(loops, x, 0.25, 10., False, False, False, idx, run, bins / hi, bins)[1]
+    if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
+    return _sample_bins_torch(x, bins, hi, idx)
+
+def _scale_hists(raw, m):
     "Histograms (`[B, bins+1]`, float32) from raw sample bins `raw` (`[B, bins+2]`) and the exact `Moments` rows `m`: edge bins exact, middle bins scaled to the exact count between."
     raw = raw.double()
     mid = raw[:, 1:-2]
@@ -471,26 +508,53 @@ class Recorder:
     def reset(self):
         "Forget everything recorded."
         self._rows, self._raw, self._folded, self._cache = [], [], None, None
-        self.n_batches, self._rng = 0, random.Random(self.seed)
+        self.n_batches, self._rng, self._tables, self._device, self._consts = 0, random.Random(self.seed), {}, None, {}
 
     def record(self, x):
         "Add the statistics of tensor `x` (any shape): no host sync."
-        f = _as_float(x)
+        f = flat_float(x)
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-        n = f.numel()
+        n, self._device = f.numel(), f.device
         row = self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
-        m = _moments_row(f, self.hi / self.bins, self.hi, self.zeros, self.ranges, self.minmax)
+        lo, loops = self.hi / self.bins, _loops_for(f)
+        if loops is not None:
+            idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
+            m, raw = _cpu_pass(loops, f, float(lo), float(self.hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, _RUN,
+                               float(self.bins / self.hi), None if self.fold else self.bins)
+        else:
+            m = _moments_torch(f, lo, self.hi, self.zeros, self.ranges, self.minmax, self._consts)
+            raw = None if self.fold else _sample_bins_torch(f, self.bins, self.hi, None if row is None else self._run_index(n, row), self._consts)
         self._rows.append(m)
-        if not self.fold:
-            idx = None if row is None else _sample_table(n, self.sample, f.device, _RUN)[row]
-            self._raw.append(sample_bins(f, self.bins, self.hi, idx, _RUN))
-        self._also(f, row, m)
+        if raw is not None: self._raw.append(raw)
+        self.after_record(f, row, m)
         self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()
 
-    def _also(self, f, row, m):
-        "What a subclass records beside (`row`: the sample table row drawn for this batch, None when it is taken whole)."
+    def _run_index(self, n, row):
+        "Every position of the sample's runs of `_RUN` values for table row `row` (what the torch ops gather), kept with the tables."
+        key = (n, 'runs', str(self._device))
+        tab = self._tables.get(key)
+        if tab is None:
+            t = _sample_table(n, self.sample, self._device, _RUN)
+            with torch.inference_mode(False): tab = (t[:, :, None] + torch.arange(_RUN, device=t.device)).view(len(t), -1)
+            if len(self._tables) >= 4: self._tables.clear()
+            self._tables[key] = tab
+        return tab[row]
+
+    def after_record(self, f, row, m):
+        "Override to record more per batch: `f` the flat float tensor recorded, `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
+
+    def sample_index(self, n, row, run=1, device=None):
+        "The int64 start positions (`sample // run` of them, in order) of the stratified sample of runs of `run` values among `n` values for table row `row` (`0 <= row < 32`), on `device` (default: that of the tensor last recorded). The recorder keeps the tables it uses (at most 4)."
+        dev = device if device is not None else self._device if self._device is not None else 'cpu'
+        key = (n, run, str(dev))
+        tab = self._tables.get(key)
+        if tab is None:
+            if len(self._tables) >= 4: self._tables.clear()
+            tab = self._tables[key] = _sample_table(n, self.sample, dev, run)
+        return tab[row]
+
     def flush(self):
         "Finish pending work (none here; `SketchRecorder` adds its pending samples to its sketch)."
     def __len__(self): return self.n_batches
@@ -508,7 +572,7 @@ def moments(self:Recorder):
         if not self._rows: self._cache = (Moments.empty(0), torch.zeros(0, self.bins + 1))
         else:
             m = Moments(torch.stack(self._rows).cpu())
-            self._cache = (m, scale_hists(torch.stack(self._raw).cpu(), m))
+            self._cache = (m, _scale_hists(torch.stack(self._raw).cpu(), m))
     return self._cache[0]
 
 @patch(as_prop=True)
@@ -586,3 +650,77 @@ def load_total(self:Recorder, total, n_batches=None):
     self._folded, self._rows, self._cache = t.clone(), [], None
     if n_batches is not None: self.n_batches = n_batches
     return self
+
+@patch
+def state_dict(self:Recorder):
+    "What the recorder holds, on its device (no host sync): `rows` (float64 `[k, len(FIELDS)]`: one `Moments` row per batch, or, folded, the rows not folded yet), `raw` (int64 `[k, bins+2]`: the raw sample bins per batch; 0 rows when folded), `folded` (the folded row, or None) and `n_batches`."
+    dev = self._rows[0].device if self._rows else self._folded.device if self._folded is not None else 'cpu'
+    rows = torch.stack(self._rows) if self._rows else torch.zeros(0, len(FIELDS), dtype=torch.float64, device=dev)
+    raw = torch.stack(self._raw) if self._raw else torch.zeros(0, self.bins + 2, dtype=torch.int64, device=dev)
+    return {'rows': rows, 'raw': raw, 'folded': self._folded, 'n_batches': self.n_batches}
+
+def _check_state(rec, sd):
+    "The reason `sd` cannot be `rec`'s state (a `state_dict` of a recorder like it), or None."
+    if not isinstance(sd, dict) or not {'rows', 'raw', 'folded', 'n_batches'} <= set(sd): return "`sd` must be a dict with rows, raw, folded and n_batches"
+    rows, raw, folded, n = sd['rows'], sd['raw'], sd['folded'], sd['n_batches']
+    def is_t(t, dtype, ndim): return isinstance(t, torch.Tensor) and t.dtype == dtype and t.ndim == ndim
+    if not is_t(rows, torch.float64, 2) or rows.shape[1] != len(FIELDS): return f"`rows` must be float64 [batches, {len(FIELDS)}], got {getattr(rows, 'dtype', type(rows).__name__)} {tuple(getattr(rows, 'shape', ()))}"
+    if not is_t(raw, torch.int64, 2) or raw.shape[1] != rec.bins + 2: return f"`raw` must be int64 [batches, bins+2 = {rec.bins + 2}], got {getattr(raw, 'dtype', type(raw).__name__)} {tuple(getattr(raw, 'shape', ()))}"
+    if folded is not None and (not is_t(folded, torch.float64, 1) or folded.shape[0] != len(FIELDS)): return f"`folded` must be None or one float64 Moments row ({len(FIELDS)} fields)"
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0: return f"`n_batches` must be an int >= 0, got {n!r}"
+    if rec.fold:
+        if len(raw) or n < len(rows): return "a folded Recorder keeps no raw bins (`raw` with 0 rows) and `n_batches` >= len(`rows`)"
+    elif folded is not None or len(raw) != len(rows) or n != len(rows): return "a per-batch Recorder keeps one row and one raw row per batch (`n_batches` of each) and no `folded` row"
+
+@patch
+def load_state_dict(self:Recorder, sd):
+    "Make `sd` (a `state_dict` of a recorder with the same `fold` and `bins`) everything this recorder holds; returns the recorder. A ValueError, and nothing changed, when `sd` does not fit."
+    why = _check_state(self, sd)
+    if why: raise ValueError(f"load_state_dict: {why}")
+    self._rows, self._raw = list(sd['rows'].unbind(0)), list(sd['raw'].unbind(0))
+    self._folded, self.n_batches, self._cache = sd['folded'], sd['n_batches'], None
+    return self
+
+@patch(cls_method=True)
+def combine(cls:Recorder, recs):
+    "A new per-batch `Recorder` (with the first's settings) holding, for each batch, the statistics of all of `recs` together: recorders of ranks or micro-batches that saw parts of the same batches. Moments merge with Chan's formula, sample bins add."
+    recs = list(recs)
+    if not recs or not all(isinstance(r, Recorder) for r in recs): raise ValueError("combine: `recs` must be a non-empty list of Recorders")
+    if any(r.fold for r in recs): raise ValueError("combine: only per-batch Recorders (fold=False) combine batch by batch; merge folded ones with `merge`")
+    lens = [len(r) for r in recs]
+    if len(set(lens)) != 1: raise ValueError(f"combine: the recorders hold different numbers of batches: {lens}")
+    r0 = recs[0]
+    res = Recorder(r0.bins, r0.hi, r0.sample, r0.exact, False, r0.zeros, r0.ranges, r0.minmax, r0.seed)
+    sds = [r.state_dict() for r in recs]
+    dev = sds[0]['rows'].device
+    rows = Moments(torch.stack([sd['rows'].to(dev) for sd in sds])).fold(0).t
+    raw = torch.stack([sd['raw'].to(dev) for sd in sds]).sum(0)
+    return res.load_state_dict({'rows': rows, 'raw': raw, 'folded': None, 'n_batches': lens[0]})
+
+# %% ../nbs/09c_kernel.ipynb #e55534d6
+def sync_recorders(recs, group=None):
+    "Replace what each per-batch `Recorder` in `recs` holds by the merge of every rank's (two `all_gather`s: the batch counts, checked, then everything in one packed tensor); returns the number merged, 0 when not distributed."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return 0
+    sds = [r.state_dict() for r in recs]
+    dev = 'cpu' if dist.get_backend(group) == 'gloo' else None
+    blocks = [torch.cat([sd['rows'], sd['raw'].double()], 1) for sd in sds]   # per batch: the `Moments` row, then the raw sample bins
+    if dev is not None: blocks = [b.to(dev) for b in blocks]
+    shapes = [tuple(b.shape) for b in blocks]
+    sizes = torch.tensor([float(s[0]) for s in shapes], dtype=torch.float64)
+    world = dist.get_world_size(group)
+    got = [torch.empty_like(sizes) for _ in range(world)]
+    dist.all_gather(got, sizes, group=group)    # the batch counts first: unequal ones would make the packed gather fail obscurely
+    if any(not torch.equal(g, sizes) for g in got):
+        raise RuntimeError(f"sync_recorders: the ranks recorded different numbers of batches: {[g.long().tolist() for g in got]}")
+    flat = torch.cat([b.reshape(-1) for b in blocks]) if blocks else torch.zeros(0, dtype=torch.float64)
+    parts = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(parts, flat, group=group)
+    offset, nf = 0, len(FIELDS)
+    for r, sd, (rows, cols) in zip(recs, sds, shapes):
+        per_rank = torch.stack([p[offset:offset + rows*cols].view(rows, cols) for p in parts])
+        offset += rows*cols
+        home = sd['rows'].device
+        r.load_state_dict({'rows': Moments(per_rank[..., :nf]).fold(0).t.to(home), 'raw': per_rank[..., nf:].sum(0).long().to(home),
+                           'folded': None, 'n_batches': rows})
+    return len(recs)

@@ -19,17 +19,16 @@ import torch.nn.functional as F
 from torch.optim.lr_scheduler import ExponentialLR
 from fastprogress import progress_bar, master_bar
 
-from .core import def_device, to_device, to_cpu
+from .core import def_device, to_device, to_cpu, check_arg
 from .conv import conv
 
 # %% auto #0
-__all__ = ['set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException', 'Callback', 'run_cbs',
-           'run_cleanup_cbs', 'with_cbs', 'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB', 'cnn_layers',
-           'baseline_cnn', 'SingleBatchCB', 'TrainLearner', 'MomentumLearner', 'LRFinderCB', 'lr_find', 'def_device',
-           'to_device', 'to_cpu']
+__all__ = ['set_seed', 'CancelFitException', 'CancelBatchException', 'CancelEpochException', 'Callback', 'run_cbs', 'with_cbs',
+           'Learner', 'TrainCB', 'DeviceCB', 'MetricsCB', 'ProgressCB', 'cnn_layers', 'baseline_cnn', 'SingleBatchCB',
+           'TrainLearner', 'MomentumLearner', 'LRFinderCB', 'lr_find', 'to_cpu']
 
 # %% ../nbs/09_learner.ipynb #d9d693a5
-_all_ = ['def_device', 'to_device', 'to_cpu']   # from miniai.core, re-exported for `from miniai.learner import *`
+_all_ = ['to_cpu']   # from miniai.core, re-exported for `from miniai.learner import *`, as the course's learner does
 
 def set_seed(seed, deterministic=False):
     "Seed Python, numpy and torch; `deterministic` also asks torch for deterministic algorithms."
@@ -92,20 +91,15 @@ def _add_note(e, note):
     else: e.__notes__ = [*getattr(e, '__notes__', []), note]   # Python 3.10: kept, not printed
 
 def _where(e):
-    "' (file:line)' of the callback's method that raised `e` (the frame below `run_cleanup_cbs`)."
-    frames = traceback.extract_tb(e.__traceback__)[1:2]
+    "' (file:line)' of the callback's method that raised `e` (the frame below `run_cleanup_cbs` and `run_cbs`)."
+    frames = traceback.extract_tb(e.__traceback__)[2:3]
     return f' ({Path(frames[0].filename).name}:{frames[0].lineno})' if frames else ''
 
 def run_cleanup_cbs(cbs, method_nm, learn=None, error=None):
-    "Like `run_cbs`, but every callback's `method_nm` runs even when some raise; then the first error is raised with the others as notes, or, if `error` (the step's own) is given, they all become notes on it."
+    "`run_cbs` for a cleanup stage, one callback at a time so that each runs even when others raise; then the first error is raised with the others as notes, or, if `error` (the step's own) is given, they all become notes on it."
     failed = []
     for cb in sorted(cbs, key=attrgetter('order')):
-        method = getattr(cb, method_nm, None)
-        if method is None: continue
-        if learn is not None: cb.learn = learn
-        try:
-            if _wants_learn(cb, method_nm, method): method(cb.learn)
-            else: method()
+        try: run_cbs((cb,), method_nm, learn)
         except BaseException as e: failed.append((cb, e))
     if not failed: return
     first = failed[0][1] if error is None else error
@@ -177,7 +171,7 @@ class Learner():
 
     def fit(self, n_epochs=1, train=True, valid=True, cbs=None, lr=None):
         "Fit for `n_epochs`; `cbs` are added for this call only; `lr` replaces the learner's for this call."
-        cbs = fc.L(cbs)
+        n_epochs, cbs = check_arg(n_epochs, 'n_epochs', f'{type(self).__name__}.fit', lo=0), fc.L(cbs)
         if lr is None: lr = self.lr
         if lr is None and self.opt_func:
             raise ValueError(f"{type(self).__name__}.fit: no learning rate: pass `lr` to the learner or to fit (`fit(1, lr=0.1)`)")

@@ -7,11 +7,12 @@ Docs: https://miniai.github.io/miniai/monitoring.html.md"""
 # %% ../nbs/10e_monitoring.ipynb #f831c7a3
 from __future__ import annotations
 import math, warnings
+from dataclasses import replace
 import numpy as np, matplotlib.pyplot as plt
 
 from .findings import THRESHOLDS, Thresholds, finding, format_finding, judge
 from .hooks import HooksCallback, other_names
-from .statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook, _pct_key
+from .statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook, percentile_key
 
 # %% auto #0
 __all__ = ['ActivationWarning', 'check_statistics', 'StatisticsCB', 'statistics_table', 'plot_percentile_bands']
@@ -32,9 +33,10 @@ def _thresholds(thresholds, limits, owner):
     return thresholds.but(**limits) if limits else thresholds
 
 def check_statistics(all_stats, thresholds=THRESHOLDS, range_threshold=None, skew_factor=None, saturation=False, **limits):
-    "Findings (see `finding`) about the layers of `all_stats` (`{name: ModuleStatistics}` or a collector), judged by `thresholds` with `limits` changing its fields; optional: narrow range, skew, saturation."
-    t = _thresholds(thresholds, limits, 'check_statistics')
+    "Findings (see `finding`) about the layers of `all_stats` (`{name: ModuleStatistics}` or a collector), judged by `thresholds` with `limits` changing its fields. `range_threshold`, `skew_factor` and `saturation=True` are older names of `narrow_range`, `skewed` and `clipped=99`."
     _check_limit('range_threshold', range_threshold); _check_limit('skew_factor', skew_factor)
+    old = dict(narrow_range=range_threshold, skewed=skew_factor, clipped=99 if saturation else None)
+    t = _thresholds(thresholds, {**{k: v for k, v in old.items() if v is not None}, **limits}, 'check_statistics')
     if isinstance(all_stats, StatisticsCollector): all_stats = all_stats.get_all_statistics()
     res = []
     for name, st in all_stats.items():
@@ -42,34 +44,35 @@ def check_statistics(all_stats, thresholds=THRESHOLDS, range_threshold=None, ske
         if o is None: continue
         res += judge(name, std=o.std, sparse=o.sparsity_ratio, nonfinite=o.nonfinite, total=o.count + o.nonfinite, thresholds=t)
         if not o.count: continue
-        if range_threshold is not None and o.max is not None and o.max - o.min < range_threshold:
-            res.append(finding(name, 'narrow range', o.max - o.min, range_threshold, 'max - min'))
-        if skew_factor is not None and o.mean is not None and o.std is not None and abs(o.mean) > skew_factor * o.std:
-            res.append(finding(name, 'skewed', abs(o.mean) / o.std if o.std else math.inf, skew_factor, '|mean| / std'))
-        if saturation and 99 in o.percentiles and o.max is not None and o.percentiles[99] >= o.max:
-            res.append(finding(name, 'saturating', o.percentiles[99], o.max, 'p99'))
+        if t.narrow_range is not None and o.max is not None and o.max - o.min < t.narrow_range:
+            res.append(finding(name, 'narrow range', o.max - o.min, t.narrow_range, 'max - min'))
+        if t.skewed is not None and o.mean is not None and o.std is not None and abs(o.mean) > t.skewed * o.std:
+            res.append(finding(name, 'skewed', abs(o.mean) / o.std if o.std else math.inf, t.skewed, '|mean| / std'))
+        top = o.percentiles.get(t.clipped) if t.clipped is not None else None
+        if top is not None and o.max is not None and top >= o.max:
+            res.append(finding(name, 'clipped', top, o.max, f'p{percentile_key(t.clipped)}'))
     return res
+
 
 # %% ../nbs/10e_monitoring.ipynb #75b03098
 @other_names
 class StatisticsCB(HooksCallback):
-    "Collect run-wide statistics of the `layers` (see `select_modules`) on every `every`-th training batch, and check them (see `check_statistics`) after each epoch and every `check_every` training batches."
+    "Collect run-wide statistics of the `layers` (see `select_modules`) on the 1st, (N+1)th... training batch (N = `every`), and check them (see `check_statistics`) after each epoch and after the 1st, (M+1)th... training batch (M = `check_every`)."
     order = 10
-    def __init__(self, config=None, layers=None, on_train=True, on_valid=False, every=1, check_every=None,
+    def __init__(self, config=None, layers=None, on_train=True, on_valid=False, every=None, check_every=None,
                  thresholds=THRESHOLDS, per_epoch=False, **limits):
-        super().__init__(self._record, layers, on_train=on_train, on_valid=on_valid, every=every)
         if check_every is not None and (isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1):
             raise ValueError(f"StatisticsCB: `check_every` must be an integer >= 1 (check every N-th training batch) or None, got {check_every!r}")
         if config is not None and not isinstance(config, StatisticsConfig):
             raise TypeError(f"StatisticsCB: `config` must be a StatisticsConfig, got {type(config).__name__}")
         self.config = config or StatisticsConfig(collect_sparsity=True, collect_input=False)
-        self.stats = ActivationStatisticsHook(self.config)
+        if every is None: every = self.config.every
+        elif self.config.every not in (1, every):
+            raise ValueError(f"StatisticsCB: `every` ({every!r}) and `config.every` ({self.config.every}) disagree; give it once")
+        self.stats = ActivationStatisticsHook(replace(self.config, every=1))   # the callback picks the batches
+        super().__init__(self.stats.hook, layers, on_train=on_train, on_valid=on_valid, every=every)
         self.check_every, self.thresholds, self.per_epoch = check_every, _thresholds(thresholds, limits, 'StatisticsCB'), per_epoch
-        self.alerts, self.history, self._warned = [], [], set()
-
-    def _record(self, hook, module, input, output):
-        self.stats.call_count += 1
-        self.stats.update_statistics(hook.name, input, output)
+        self.alerts, self.history, self._warned, self._batches = [], [], set(), 0
 
     def check(self):
         "Check the statistics now: returns the findings (see `check_statistics`), keeps them in `alerts` with the epoch, batch and sentence, and warns (`ActivationWarning`) once per layer and issue."
@@ -82,9 +85,20 @@ class StatisticsCB(HooksCallback):
             self.alerts.append(dict(epoch=epoch, iter=it, **f, message=msg))
         return found
 
+    def all_reduce(self, group=None):
+        "Merge the statistics of every rank of `group` (see `StatisticsCollector.all_reduce`): afterwards every rank holds them all."
+        self.stats.all_reduce(group)
+        return self
+
+    def before_fit(self, learn):
+        self._batches = 0
+        super().before_fit(learn)
+
     def after_batch(self, learn):
         super().after_batch(learn)
-        if self.check_every and learn.training and self._n_train % self.check_every == 0: self.check()
+        if not learn.training: return
+        self._batches += 1
+        if self.check_every and (self._batches - 1) % self.check_every == 0: self.check()
 
     def after_epoch(self, learn):
         if not (self.on_train if learn.training else self.on_valid) or not self.stats.call_count: return
@@ -92,6 +106,7 @@ class StatisticsCB(HooksCallback):
         if self.per_epoch:
             self.history.append(self.stats.get_all_statistics())
             self.stats.reset()
+
 
 # %% ../nbs/10e_monitoring.ipynb #495f7ff2
 def statistics_table(stats, side='output'):
@@ -103,7 +118,7 @@ def statistics_table(stats, side='output'):
         o = getattr(st, f'{side}_stats')
         if o is None: continue
         row = dict(module=name, count=o.count, nonfinite=o.nonfinite, mean=o.mean, std=o.std, min=o.min)
-        row.update({f'p{_pct_key(p)}': v for p, v in o.percentiles.items()})
+        row.update({f'p{percentile_key(p)}': v for p, v in o.percentiles.items()})
         row.update(max=o.max, sparsity=o.sparsity_ratio)
         rows.append(row)
     return pd.DataFrame(rows).set_index('module') if rows else pd.DataFrame()
@@ -119,7 +134,7 @@ def plot_percentile_bands(stats, side='output', ax=None, yscale='symlog', linthr
     pairs = [(lo, 100 - lo) for lo in ps if lo < 50 and (100 - lo) in ps]
     for i, (lo, hi) in enumerate(pairs):
         ax.fill_between(x, [t.percentiles[lo] for t in ts], [t.percentiles[hi] for t in ts], alpha=0.2 + 0.15*i,
-                        color='C0', label=f'p{_pct_key(lo)}-p{_pct_key(hi)}', lw=0)
+                        color='C0', label=f'p{percentile_key(lo)}-p{percentile_key(hi)}', lw=0)
     if 50 in ps: ax.plot(x, [t.percentiles[50] for t in ts], 'C1-o', label='median')
     if ts and ts[0].min is not None:
         ax.plot(x, [t.min for t in ts], 'k.', label='min/max'); ax.plot(x, [t.max for t in ts], 'k.')

@@ -6,7 +6,6 @@ Docs: https://miniai.github.io/miniai/accel_sgd.html.md"""
 
 # %% ../nbs/12_accel_sgd.ipynb #842a6057
 from __future__ import annotations
-import inspect, math, numbers, functools
 import torch, fastcore.all as fc, matplotlib.pyplot as plt
 
 from .datasets import *
@@ -14,18 +13,16 @@ from .conv import *
 from .learner import *
 from .activations import *
 from .init import *
+from .init import SchedCB
+from .core import check_arg
 
 # %% auto #0
 __all__ = ['SGD', 'Momentum', 'RMSProp', 'Adam', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB', 'HasLearnCB', 'RecorderCB']
 
 # %% ../nbs/12_accel_sgd.ipynb #6b2bc129
-def _check_hyper(owner, name, v, what, lo=0., hi=None):
-    "Refuse `v` for argument `name` unless it is a finite real number >= `lo` (and < `hi`), in `torch.optim`'s words ('Invalid learning rate: -1')."
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"{owner}: `{name}` ({what}) must be a real number, got {type(v).__name__}")
-    if not (math.isfinite(v) and lo <= v and (hi is None or v < hi)):
-        rng = f'a finite number >= {lo:g}' if hi is None else f'in [{lo:g}, {hi:g})'
-        raise ValueError(f"{owner}: Invalid {what}: {v} (`{name}` must be {rng})")
+def _check_hyper(owner, name, v, what, hi=None):
+    "Refuse `v` for argument `name` unless it is a finite number >= 0 (and < `hi`), in `torch.optim`'s words ('Invalid learning rate: -1')."
+    check_arg(v, name, owner, kind='real', lo=0., hi=hi, hi_open=True, note=what, fmt='{owner}: Invalid {note}: {got} (`{name}` must be {rule})')
 
 def _param_list(owner, params):
     "`params` as a list of tensors; a single tensor, an empty list or a non-tensor is refused, as `torch.optim` does."
@@ -113,34 +110,11 @@ class Adam(SGD):
         p -= self.lr * unbias_avg / (unbias_sqr_avg + self.eps).sqrt()
 
 # %% ../nbs/12_accel_sgd.ipynb #e6a4508e
-def _needs_total_steps(sched):
-    "Whether `sched(opt)` would still miss a `total_steps`: it has no default, or defaults to None (`OneCycleLR`) and neither it nor `epochs` and `steps_per_epoch` were given."
-    try: sig = inspect.signature(sched)
-    except (TypeError, ValueError): return False
-    p = sig.parameters.get('total_steps')
-    if p is None: return False
-    given = sched.keywords if isinstance(sched, functools.partial) else {}
-    if 'total_steps' in given: return False
-    if p.default is p.empty: return True
-    return p.default is None and not ('epochs' in given and 'steps_per_epoch' in given)
-
-class BaseSchedCB(Callback):
-    "Build the scheduler `sched(opt)` (as `schedo`) before fit, filling in a missing `total_steps`; subclasses step it on training batches or epochs."
-    def __init__(self, sched):
-        if not callable(sched): raise TypeError(f"{type(self).__name__}: `sched` must be a scheduler class or function of the optimiser, got {type(sched).__name__}")
-        self.sched, self.schedo = sched, None
-    def _total_steps(self, learn):
-        if learn.n_epochs == 0: return 0
-        try: n = len(learn.dls.train)
-        except TypeError: raise TypeError(f"{type(self).__name__}: the training loader has no len(), so `total_steps` cannot be filled in: give it, as in partial(sched, total_steps=N)") from None
-        return learn.n_epochs * n
-    def before_fit(self, learn):
-        self.schedo = None
-        if not _needs_total_steps(self.sched): self.schedo = self.sched(learn.opt)
-        elif (n := self._total_steps(learn)) > 0: self.schedo = self.sched(learn.opt, total_steps=n)
-        # else: no training step in this fit (`fit(0)`, an empty loader), so nothing to schedule
-    def _step(self, learn):
-        if learn.training and self.schedo is not None: self.schedo.step()
+class BaseSchedCB(SchedCB):
+    "Lesson 11's `SchedCB` as the course's base: it builds the scheduler `sched(opt)` (as `schedo`) before fit, filling in a missing `total_steps`; its subclasses step it on training batches or epochs."
+    order = Callback.order
+    after_step = None      # no step of its own: the subclasses say when
+    def __init__(self, sched): super().__init__(sched)
 
 class BatchSchedCB(BaseSchedCB):
     "Step the scheduler after every training batch."

@@ -9,10 +9,10 @@ from __future__ import annotations
 import math, functools, contextlib
 import numpy as np, torch
 from fastcore.basics import patch
-from .kernel import FIELDS, Recorder, Moments, _IX, _sample_table
+from .kernel import Recorder, Moments
 
 # %% auto #0
-__all__ = ['SKETCH_ALPHA', 'MAX_SKETCH_LEVEL', 'sketch_alpha', 'QuantileSketch', 'SketchRecorder']
+__all__ = ['QuantileSketch']
 
 # %% ../nbs/10a_sketch.ipynb #7dace9e6
 SKETCH_ALPHA = 0.005                                  # relative accuracy at level 0
@@ -22,7 +22,7 @@ _K = 4095                                             # buckets per sign at leve
 _KEY0 = -2047                                         # the first bucket holds (gamma^-2048, gamma^-2047]
 MAX_SKETCH_LEVEL = 4                                  # coarsest level used to save memory (alpha ~ 8%)
 
-class _normal_tensors:
+class normal_tensors:
     "A block, or a decorated function, whose new tensors are normal ones even inside `torch.inference_mode()`, with no grad recorded: a state first allocated there keeps accepting in-place updates outside it."
     def __enter__(self):
         self._ctx = (torch.inference_mode(False), torch.no_grad()) if torch.is_inference_mode_enabled() else ()
@@ -72,7 +72,7 @@ def _sketch_index(clean, level=0):
 # %% ../nbs/10a_sketch.ipynb #d0cb09ec
 class QuantileSketch:
     "Mergeable log-bucket quantile sketch of a stream of values (float64 counts on the values' device, no host sync to add)."
-    @_normal_tensors()
+    @normal_tensors()
     def __init__(self, device='cpu', level=0):
         self.level = level
         self.counts = torch.zeros(2*self.k + 1, dtype=torch.float64, device=device)
@@ -94,7 +94,7 @@ class QuantileSketch:
         "Bytes a sketch at `level` holds."
         return (2*_buckets_per_sign(level) + 1) * 8
 
-    @_normal_tensors()
+    @normal_tensors()
     def add(self, x, n_nonfinite=None, weight=None):
         "Count the finite values of `x`; `n_nonfinite` (a device tensor) saves a pass when already known; `weight`: see `batch_counts`."
         if x.device != self.counts.device: self.counts = self.counts.to(x.device)
@@ -116,7 +116,7 @@ class QuantileSketch:
             if n_nonfinite is None: n_nonfinite = (~torch.isfinite(x)).sum()
         else:
             weight = weight.to(device=x.device, dtype=torch.float64)
-            counts.scatter_add_(0, idx, weight[:, None].expand(rows.shape).reshape(-1))
+            counts.scatter_add_(0, idx, weight.repeat_interleave(rows.shape[1]))
             if n_nonfinite is None: n_nonfinite = ((~torch.isfinite(rows)).sum(1) * weight).sum()
         counts[k:k+1].sub_(n_nonfinite.to(torch.float64))
         return counts
@@ -125,7 +125,7 @@ class QuantileSketch:
     def from_counts(cls, counts, level):
         "A sketch holding a copy of `counts` at `level`."
         res = cls.__new__(cls)
-        with _normal_tensors(): res.level, res.counts = level, counts.clone()
+        with normal_tensors(): res.level, res.counts = level, counts.clone()
         return res
 
 # %% ../nbs/10a_sketch.ipynb #41c70473
@@ -133,7 +133,7 @@ class QuantileSketch:
 def coarsen(self:QuantileSketch, level=None):
     "Add neighbouring buckets until the sketch is at `level` (default: one level coarser)."
     level = self.level + 1 if level is None else level
-    with _normal_tensors(): self._coarsen(level)
+    with normal_tensors(): self._coarsen(level)
     return self
 
 @patch
@@ -148,7 +148,7 @@ def _coarsen(self:QuantileSketch, level):
 @patch
 def merge(self:QuantileSketch, other):
     "Add the counts of `other` (coarsening whichever is finer)."
-    with _normal_tensors():
+    with normal_tensors():
         if other.level > self.level: self.coarsen(other.level)
         counts = other.counts if other.level == self.level else QuantileSketch.from_counts(other.counts, other.level).coarsen(self.level).counts
         self.counts += counts.to(self.counts.device)
@@ -235,146 +235,55 @@ class SketchRecorder(Recorder):
         self.level = level
         super().__init__(sample=sample, exact=exact, fold=True, zeros=zeros, seed=seed, **kwargs)
 
-    @_normal_tensors()
+    @normal_tensors()
     def reset(self):
         super().reset()
-        self._pending, self.sampling = [], None        # sampling: [K sampled finite values, their weight W, sum of weight^2]
+        self._pending, self._whole, self._n_whole, self.sampling = [], [], 0, None   # sampling: [K sampled finite values, their weight W, sum of weight^2]
         self.sketch = None if self.level is None else QuantileSketch(level=self.level)
 
-    @_normal_tensors()
+    @normal_tensors()
     def record(self, x):
         "`Recorder.record`, its state kept in normal tensors even when fed inside `torch.inference_mode()`."
         return super().record(x)
 
-    def _also(self, f, row, m):
+    def after_record(self, f, row, m):
+        "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`, pending until `flush`."
         if self.sketch is None: return
-        if row is None: self.sketch.add(f, n_nonfinite=Moments(m).nonfinite)    # every value, weight 1
-        else:
-            self._pending.append((f.index_select(0, _sample_table(f.numel(), self.sample, f.device)[row]), m[_IX['count']]))
-            if len(self._pending) >= self.sketch_every: self.flush()
+        if row is not None: self._pending.append((f.index_select(0, self.sample_index(f.numel(), row, device=f.device)), Moments(m).count))
+        elif f.numel() <= self.sample:                                 # a small tensor, whole: a copy (`f` may be the user's tensor),
+            self._whole.append(f.clone())                              # until they hold as many values as the pending samples may
+            self._n_whole += f.numel()
+        else: self.sketch.add(f, n_nonfinite=Moments(m).nonfinite)    # `exact=True` on a large tensor: every value now, weight 1
+        if len(self._pending) >= self.sketch_every or self._n_whole >= self.sketch_every * self.sample: self.flush()
 
-    @_normal_tensors()
+    @normal_tensors()
     def flush(self):
-        "Add the pending samples to the sketch, each sampled finite value weighted by its batch's finite count over the sample's."
-        if not self._pending or self.sketch is None: return
+        "Add the pending values to the sketch: the small tensors taken whole (weight 1), and the samples, each sampled finite value weighted by its batch's finite count over the sample's."
+        if self.sketch is None: return
+        if self._whole: self.sketch.add(torch.cat(self._whole)); self._whole, self._n_whole = [], 0
+        if not self._pending: return
         vals = torch.stack([v for v, _ in self._pending])
         counts = torch.stack([c for _, c in self._pending])
         self._pending = []
         k = torch.isfinite(vals).sum(1).double()
-        w = torch.where(k > 0, counts / k.clamp(min=1), 0.)
+        w = counts / k.clamp(min=1) * (k > 0)                 # 0 for a sample without finite values
         bad = ((vals.shape[1] - k) * w).sum()                 # the NaN/Inf drawn, weighted: taken back out of the zero bucket
         self.sketch.counts += QuantileSketch.batch_counts(vals, self.sketch.level, n_nonfinite=bad, weight=w)
         self.sketch.counts.clamp_(min=0)                      # taking `bad` back may leave a float rounding below 0
         add = torch.stack([k.sum(), (w * k).sum(), (w * w * k).sum()])
         self.sampling = add if self.sampling is None else self.sampling + add
 
-    @_normal_tensors()
+    def drop_sketch(self):
+        "Release the sketch, and the samples waiting for it (no percentiles or histogram any more)."
+        self._pending, self._whole, self._n_whole, self.sketch, self.level, self.sampling = [], [], 0, None, None, None
+
+    @normal_tensors()
     def merge(self, other):
         "Add everything `other` (another `SketchRecorder`) recorded: moments folded, sketches and sampling totals added."
         super().merge(other)
         if self.sketch is not None and other.sketch is not None: self.sketch.merge(other.sketch)
         else: self.sketch = None
         if other.sampling is not None:
-            s = other.sampling.to(self._folded.device)
+            s = other.sampling.to(self.total.t.device)
             self.sampling = s if self.sampling is None else self.sampling + s
         return self
-
-# %% ../nbs/10a_sketch.ipynb #dc9e8041
-_SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
-_BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
-
-class _Stream(SketchRecorder):
-    "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
-    @_normal_tensors()
-    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
-        super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
-        self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64)
-        self.filled = 0                                  # values in buf (host int: known from shapes)
-        self.complete = self.buf is not None             # buf holds every value seen
-        self.load_total(Moments.empty()).to(device)      # so that `total` lives on the stream's device from the start
-
-    @property
-    def nbytes(self):
-        "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
-        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
-
-    def drop_buffer(self):
-        "Release the exact buffer: percentiles come from the sketch from now on."
-        self.buf, self.complete = None, False
-
-    def drop_sketch(self):
-        "Release the sketch, and the samples waiting for it (no percentiles or histogram any more)."
-        self._pending, self.sketch, self.level, self.sampling = [], None, None, None
-
-    @_normal_tensors()
-    def update(self, x):
-        "Add flat float tensor `x` (see `_as_float`): to the exact buffer while everything fits, and to the recorder. No host sync."
-        if x.device != self.device: self.to(x.device)
-        if self.buf is not None:
-            n = x.numel()
-            if self.filled + n <= self.buf.numel():
-                self.buf[self.filled:self.filled + n] = x
-                self.filled += n
-            else: self.drop_buffer()
-        self.record(x)
-
-    @_normal_tensors()
-    def to(self, device):
-        "Move everything to `device`: the recorder's moments (`Recorder.to`), the sketch, the sampling record and the buffer."
-        self.flush()
-        super().to(device)
-        self.device = torch.device(device)
-        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
-        if self.sampling is not None: self.sampling = self.sampling.to(self.device)
-        if self.buf is not None: self.buf = self.buf.to(self.device)
-        return self
-
-# %% ../nbs/10a_sketch.ipynb #d41b53f4
-def _exact_percentiles(vals, qs):
-    "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
-    with np.errstate(all='ignore'): res = np.percentile(vals, qs)
-    if np.isfinite(res).all(): return res.tolist()
-    srt, n = np.sort(vals), len(vals)
-    out = []
-    for q, v in zip(qs, res.tolist()):
-        if math.isfinite(v): out.append(v); continue
-        r = q / 100 * (n - 1); lo = math.floor(r); f = r - lo
-        out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
-    return out
-
-def _rank_bound(sampling, n, q):
-    "How far (3 standard errors) the weighted rank of percentile `q` among the sampled values may be from its true rank, as a fraction of the `n` finite values; 0 when nothing was sampled. `sampling`: `[K, W, W2]` of `Recorder.sampling` (host floats) or None."
-    if sampling is None or not n: return 0.
-    K, W, W2 = sampling
-    if not K or not W2: return 0.
-    keff, p = W * W / W2, q / 100                 # the effective sample size of the weighted sample
-    return 3 * math.sqrt(max(p * (1 - p), 1 / keff) / keff) * (W / n)
-
-def _sketch_percentiles(sk, qs, sampling, n, vmin, vmax, counts):
-    "`(details, bounds)`: percentiles `qs` from sketch `sk`, and intervals holding the true ones: the sketch's own, widened by the sampling's rank bound."
-    det = sk.quantile_details(qs, vmin, vmax, counts=counts)
-    bounds = []
-    for q, (lo, hi) in zip(qs, det['bounds']):
-        e = 100 * _rank_bound(sampling, n, q)
-        if e:
-            lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
-            hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
-        bounds.append((lo, hi))
-    return det, bounds
-
-def _relative_error(v, lo, hi):
-    "The largest relative distance from `v` to the ends of `[lo, hi]` (0 for a point, inf when `v` is 0 and the interval is not)."
-    d = max(v - lo, hi - v)
-    return 0. if d == 0 else (d / abs(v) if v else math.inf)
-
-def _rescale(counts, n):
-    "`counts` (floats, e.g. weighted sketch counts) as ints summing to `n` (largest remainders get the rounding)."
-    c = np.asarray(counts, dtype=np.float64)
-    if not c.sum(): return [0] * len(c)
-    x = c * (n / c.sum())
-    res = np.floor(x).astype(np.int64)
-    order = np.argsort(res - x, kind='stable')     # largest remainders first
-    k = n - int(res.sum())
-    if k > 0: res[order[:k]] += 1
-    elif k < 0: res[[i for i in order[::-1] if res[i] > 0][:-k]] -= 1   # float rounding overshot: take back the smallest remainders
-    return res.tolist()

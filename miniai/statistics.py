@@ -11,24 +11,31 @@ from dataclasses import dataclass, field, asdict
 import numpy as np, torch, torch.distributed as dist
 from fastcore.basics import patch
 
-from .kernel import FIELDS, Moments, _as_float
-from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
-from .sketch import _Stream, _SAMPLING, _BASE_BYTES, _exact_percentiles, _rank_bound, _sketch_percentiles, _relative_error, _rescale
+from .kernel import FIELDS, Moments
+from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
 from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names, recomputing
 from .core import write_json, to_host, json_safe, recording_paused
 
 # %% auto #0
-__all__ = ['MAX_HISTOGRAM_BINS', 'StatisticsConfig', 'TensorStatistics', 'ModuleStatistics', 'StatisticsCollector', 'qparams',
-           'ActivationStatisticsHook']
+__all__ = ['StatisticsConfig', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook']
 
-# %% ../nbs/10a_statistics.ipynb #3320103f
+# %% ../nbs/10a_statistics.ipynb #5f61c975
 MAX_HISTOGRAM_BINS = 2**20   # a histogram is read as float64 counts: 8 MB at most, per statistic
 
-def _pct_key(p):
+def percentile_key(p):
     "The JSON key of percentile `p`: the shortest text that reads back as the same number ('95', '99.9', '99.900001'), so two percentiles never share a key."
     p = float(p)
     return str(int(p)) if p.is_integer() else repr(p)
 
+def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+def _check_int(name, v, lo, hint=''):
+    "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
+        raise ValueError(f"{name} must be an int >= {lo}{hint}, got {v!r}")
+
+
+# %% ../nbs/10a_statistics.ipynb #3320103f
 @other_names
 @dataclass
 class StatisticsConfig:
@@ -43,7 +50,7 @@ class StatisticsConfig:
     histogram_bins: int = 100         # at most MAX_HISTOGRAM_BINS (2**20: 8 MB per histogram when read)
     collect_sparsity: bool = False    # fraction of the finite values exactly 0 (exact)
     # Performance settings
-    every: int = 1                    # record every N-th call of each module (the usual API's `update_frequency`); skipped calls cost nothing
+    every: int = 1                    # record the 1st, (N+1)th... training-mode call of each module (the usual API's `update_frequency`); eval-mode calls all recorded
     max_samples: int|None = 1000      # keep up to this many values per statistic for exact percentiles (8 bytes each)
     # Memory management
     max_memory_mb: float|None = None  # hard cap on the collector's own memory; degrades (documented) when reached
@@ -55,7 +62,7 @@ class StatisticsConfig:
         self.collect_percentiles = list(self.collect_percentiles or [])
         bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
-        keys = [_pct_key(p) for p in self.collect_percentiles]
+        keys = [percentile_key(p) for p in self.collect_percentiles]
         same = sorted({k for k in keys if keys.count(k) > 1})
         if same: raise ValueError(f"collect_percentiles holds the same percentile twice ({same}): give each one once")
         _check_int('every', self.every, 1, ' (update_frequency is another name for it)')
@@ -67,12 +74,6 @@ class StatisticsConfig:
         if mb is not None and not (_is_number(mb) and math.isfinite(mb) and mb >= 0):
             raise ValueError(f"max_memory_mb must be a finite number >= 0 (None: no limit), got {mb!r}")
 
-def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-def _check_int(name, v, lo, hint=''):
-    "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}{hint}, got {v!r}")
 
 # %% ../nbs/10a_statistics.ipynb #3afa96c6
 @dataclass
@@ -97,7 +98,7 @@ class TensorStatistics:
         "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
         d = {}
         for k in ('mean', 'std', 'min', 'max'): _put(d, k, getattr(self, k), self._why(k))
-        d['percentiles'] = {_pct_key(p): json_safe(v) for p, v in self.percentiles.items()}
+        d['percentiles'] = {percentile_key(p): json_safe(v) for p, v in self.percentiles.items()}
         if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = self._why('percentiles')
         _put(d, 'sparsity_ratio', self.sparsity_ratio, self._why('sparsity_ratio'))
         if self.histogram is not None: d['histogram'] = self.histogram
@@ -109,7 +110,7 @@ class TensorStatistics:
             d['percentiles_estimated'] = self.percentile_error != 0
             _put(d, 'percentile_error', self.percentile_error, self._why('percentile_error'))
             if self.percentile_bounds is not None:
-                d['percentile_bounds'] = {_pct_key(p): [json_safe(lo), json_safe(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
+                d['percentile_bounds'] = {percentile_key(p): [json_safe(lo), json_safe(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
         return d
 
     def _why(self, key):
@@ -132,10 +133,57 @@ class ModuleStatistics:
     inputs: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
+# %% ../nbs/10a_statistics.ipynb #e7dba73b
 def _put(d, key, v, reason):
     "`d[key] = v` as strict JSON; when `v` is not a finite number, `d[key] = None` and `d[key + '_reason'] = reason`."
     d[key] = json_safe(v)
     if d[key] is None: d[f'{key}_reason'] = reason
+
+# %% ../nbs/10a_statistics.ipynb #c8205247
+_SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
+_BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
+
+class _Stream(SketchRecorder):
+    "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
+    @normal_tensors()
+    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
+        super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
+        self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64)
+        self.filled = 0                                  # values in buf (host int: known from shapes)
+        self.complete = self.buf is not None             # buf holds every value seen
+        self.load_total(Moments.empty()).to(device)      # so that `total` lives on the stream's device from the start
+
+    @property
+    def nbytes(self):
+        "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
+        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
+
+    def drop_buffer(self):
+        "Release the exact buffer: percentiles come from the sketch from now on."
+        self.buf, self.complete = None, False
+
+    @normal_tensors()
+    def update(self, x):
+        "Add flat float tensor `x` (any shape; float): to the exact buffer while everything fits, and to the recorder. No host sync."
+        if x.device != self.device: self.to(x.device)
+        if self.buf is not None:
+            n = x.numel()
+            if self.filled + n <= self.buf.numel():
+                self.buf[self.filled:self.filled + n] = x.detach().reshape(-1)
+                self.filled += n
+            else: self.drop_buffer()
+        self.record(x)
+
+    @normal_tensors()
+    def to(self, device):
+        "Move everything to `device`: the recorder's moments (`Recorder.to`), the sketch, the sampling record and the buffer."
+        self.flush()
+        super().to(device)
+        self.device = torch.device(device)
+        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
+        if self.sampling is not None: self.sampling = self.sampling.to(self.device)
+        if self.buf is not None: self.buf = self.buf.to(self.device)
+        return self
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
 class StatisticsCollector:
@@ -159,12 +207,14 @@ class StatisticsCollector:
         return sum(s.nbytes for s in self._streams.values())
 
     # ----- collecting
-    def update_statistics(self, name, input, output):
-        "Record `input` and `output` (tensors or nests of them) under module name `name`; no host sync."
+    def update_statistics(self, name, input, output, training=True):
+        "Record `input` and `output` (tensors or nests of them) under module name `name`, a call in training mode unless `training=False` (see `every`); no host sync."
         cfg = self.config
         meta = self._module_meta(name)
         meta['calls'] += 1
-        if (meta['calls'] - 1) % cfg.every: return
+        if training:
+            meta['train_calls'] += 1
+            if (meta['train_calls'] - 1) % cfg.every: return
         parts = ([('input', input)] if cfg.collect_input else []) + [('output', output)]
         for kind, obj in parts:
             items = tensor_items(obj)
@@ -174,13 +224,13 @@ class StatisticsCollector:
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 stream = self._stream((name, kind, key), t.device, sname)
-                if stream is not None: stream.update(_as_float(t))
+                if stream is not None: stream.update(t)
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
         meta['last_updated'] = datetime.datetime.now().isoformat(timespec='seconds')
 
-    def _module_meta(self, name): return self._modules.setdefault(name, dict(calls=0, n_updates=0, total_samples=0, last_updated=None))
+    def _module_meta(self, name): return self._modules.setdefault(name, dict(calls=0, train_calls=0, n_updates=0, total_samples=0, last_updated=None))
 
     def _skip(self, sname, reason): self.skipped[sname] = reason
 
@@ -228,6 +278,56 @@ def _degrade(self:StatisticsCollector, what):
         self._warned = True
         warnings.warn(f"StatisticsCollector: max_memory_mb={self.config.max_memory_mb} reached, {what}. "
                       "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
+
+# %% ../nbs/10a_statistics.ipynb #e446fae7
+def _exact_percentiles(vals, qs):
+    "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
+    with np.errstate(all='ignore'): res = np.percentile(vals, qs)
+    if np.isfinite(res).all(): return res.tolist()
+    srt, n = np.sort(vals), len(vals)
+    out = []
+    for q, v in zip(qs, res.tolist()):
+        if math.isfinite(v): out.append(v); continue
+        r = q / 100 * (n - 1); lo = math.floor(r); f = r - lo
+        out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
+    return out
+
+def _rank_bound(sampling, n, q):
+    "How far (3 standard errors) the weighted rank of percentile `q` among the sampled values may be from its true rank, as a fraction of the `n` finite values; 0 when nothing was sampled. `sampling`: `[K, W, W2]` of `Recorder.sampling` (host floats) or None."
+    if sampling is None or not n: return 0.
+    K, W, W2 = sampling
+    if not K or not W2: return 0.
+    keff, p = W * W / W2, q / 100                 # the effective sample size of the weighted sample
+    return 3 * math.sqrt(max(p * (1 - p), 1 / keff) / keff) * (W / n)
+
+def _sketch_percentiles(sk, qs, sampling, n, vmin, vmax, counts):
+    "`(details, bounds)`: percentiles `qs` from sketch `sk`, and intervals holding the true ones: the sketch's own, widened by the sampling's rank bound."
+    det = sk.quantile_details(qs, vmin, vmax, counts=counts)
+    bounds = []
+    for q, (lo, hi) in zip(qs, det['bounds']):
+        e = 100 * _rank_bound(sampling, n, q)
+        if e:
+            lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
+            hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
+        bounds.append((lo, hi))
+    return det, bounds
+
+def _relative_error(v, lo, hi):
+    "The largest relative distance from `v` to the ends of `[lo, hi]` (0 for a point, inf when `v` is 0 and the interval is not)."
+    d = max(v - lo, hi - v)
+    return 0. if d == 0 else (d / abs(v) if v else math.inf)
+
+def _rescale(counts, n):
+    "`counts` (floats, e.g. weighted sketch counts) as ints summing to `n` (largest remainders get the rounding)."
+    c = np.asarray(counts, dtype=np.float64)
+    if not c.sum(): return [0] * len(c)
+    x = c * (n / c.sum())
+    res = np.floor(x).astype(np.int64)
+    order = np.argsort(res - x, kind='stable')     # largest remainders first
+    k = n - int(res.sum())
+    if k > 0: res[order[:k]] += 1
+    elif k < 0: res[[i for i in order[::-1] if res[i] > 0][:-k]] -= 1   # float rounding overshot: take back the smallest remainders
+    return res.tolist()
 
 # %% ../nbs/10a_statistics.ipynb #37197aa6
 _DROPPED = 'the sketch was dropped to respect max_memory_mb'
@@ -290,7 +390,7 @@ def _read_stream(self:StatisticsCollector, s):
 def get_statistics(self:StatisticsCollector, name):
     "The `ModuleStatistics` of module `name`, or None if nothing was recorded under that name."
     if name not in self._modules: return None
-    res = ModuleStatistics(name, **self._modules[name])
+    res = ModuleStatistics(name, **{k: v for k, v in self._modules[name].items() if k != 'train_calls'})
     for (nm, kind, key), s in self._streams.items():
         if nm == name: getattr(res, kind + 's')[key] = self._read_stream(s)
     res.input_stats = next(iter(res.inputs.values()), None)
@@ -386,18 +486,19 @@ class ActivationStatisticsHook(StatisticsCollector):
                               "`module._hook_name = name` before registering, or use `hook.attach(model)`")
             self._skip(key, 'module has no _hook_name; set it or use attach(model)')
             return
-        self.update_statistics(name, input, output)
+        self.update_statistics(name, input, output, module.training)
 
-    def _named_call(self, hook, module, input, output):
+    def hook(self, hook, module, input, output):
+        "The hook function of `attach` (and of `StatisticsCB`): record `module`'s call under `hook.name` (a `Hook` of lesson 9b)."
         self.call_count += 1
-        self.update_statistics(hook.name, input, output)
+        self.update_statistics(hook.name, input, output, module.training)
 
     @other_names
     def attach(self, model, layers=None):
         "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager)."
         picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
-        return Hooks(picked, self._named_call)
+        return Hooks(picked, self.hook)
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):
@@ -420,7 +521,7 @@ def _check_same_config(a, b, what):
 
 def _merge_meta(a, b):
     last = [t for t in (a['last_updated'], b['last_updated']) if t]
-    return dict(calls=a['calls'] + b['calls'], n_updates=a['n_updates'] + b['n_updates'],
+    return dict(calls=a['calls'] + b['calls'], train_calls=a['train_calls'] + b['train_calls'], n_updates=a['n_updates'] + b['n_updates'],
                 total_samples=a['total_samples'] + b['total_samples'], last_updated=max(last) if last else None)
 
 @patch
@@ -523,7 +624,7 @@ def _load_state(self, sd, device, where):
     self._level, self._use_sketch, self._use_buffer = sd[at('level')], sd['use_sketch'], sd['use_buffer']
     self.call_count = _counts('call_count', [sd[at('call_count')]])[0]
     self.memory_log, self.skipped = list(sd[at('memory_log')]), dict(sd['skipped'])
-    self._modules = {k: dict(v) for k, v in sd[at('modules')].items()}
+    self._modules = {k: {'train_calls': v['calls'], **v} for k, v in sd[at('modules')].items()}   # a state saved before `train_calls`: all calls
     for i, d in enumerate(sd['streams']):
         s = _load_stream(d, i, where, self.config, self._use_buffer, device)
         where[0] = f'streams[{i}].name'

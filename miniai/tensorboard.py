@@ -1,4 +1,4 @@
-"""`TensorBoardCB` writes what `ActivationStats` recorded, per layer and per batch, where many practitioners already watch their training curves.
+"""`TensorBoardCB` writes what `ActivationStats` recorded, per layer and per batch, or the run-wide statistics of lesson 10a, where many practitioners already watch their training curves: from a `Learner` or from any training loop.
 
 Docs: https://miniai.github.io/miniai/tensorboard.html.md"""
 
@@ -7,15 +7,19 @@ Docs: https://miniai.github.io/miniai/tensorboard.html.md"""
 # %% ../nbs/11a_tensorboard.ipynb #ff27ce60
 from __future__ import annotations
 import numbers, torch
+from fastcore.basics import patch
 from pathlib import Path
 from .core import rank, world_size
 from .learner import Callback
-from .activations import ActivationStats, main_recorder
+from .activations import ActivationStats
+from .statistics import StatisticsCollector, percentile_key
+from .monitoring import StatisticsCB
+
 
 # %% auto #0
-__all__ = ['last_step', 'TensorBoardCB']
+__all__ = ['TensorBoardCB']
 
-# %% ../nbs/11a_tensorboard.ipynb #7352faad
+# %% ../nbs/11a_tensorboard.ipynb #6d797185
 def last_step(log_dir, prefix='activations'):
     "The last step written under the tag `prefix/` in the event files of folder `log_dir` (not its subfolders); -1 when there is none."
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -26,28 +30,50 @@ def last_step(log_dir, prefix='activations'):
             if any(v.tag.startswith(prefix + '/') for v in e.summary.value): last = max(last, e.step)
     return last
 
+
+# %% ../nbs/11a_tensorboard.ipynb #7352faad
 class TensorBoardCB(Callback):
-    "Write the statistics of `astats` (default: the learner's `ActivationStats`) to TensorBoard event files in `log_dir` after each epoch; the step is the training batch, counted on from fit to fit and from the last step already in `log_dir` (or from `start_step`)."
-    order = ActivationStats.order + 1
+    "Write the statistics of `astats` to TensorBoard event files in `log_dir`: the batches of an `ActivationStats` (default: the learner's), training under `prefix/` and validation under `prefix_valid/`, or the run-wide statistics of a `StatisticsCB` or `StatisticsCollector`. A callback that writes after each epoch, or, in any loop, `write()` then `close()` (or a `with` block). Steps count training batches (validation batches under `prefix_valid/`), on from fit to fit and from the last step in `log_dir` (or from `start_step`)."
+    order = max(ActivationStats.order, StatisticsCB.order) + 1
     def __init__(self, log_dir, astats=None, prefix='activations', start_step=None):
-        if astats is not None and not isinstance(astats, ActivationStats):
-            raise TypeError(f"TensorBoardCB: astats must be an ActivationStats (per-batch statistics), got {type(astats).__name__}; "
-                            "run-wide statistics (StatisticsCB, StatisticsCollector) have no batches to write: read them with statistics_table")
+        if astats is not None and not isinstance(astats, (ActivationStats, StatisticsCB, StatisticsCollector)):
+            raise TypeError("TensorBoardCB: astats must be an ActivationStats (per-batch statistics), a StatisticsCB or a StatisticsCollector "
+                            f"(run-wide statistics), got {type(astats).__name__}")
         if not isinstance(prefix, str) or not prefix: raise ValueError(f'TensorBoardCB: prefix must be a non-empty str, got {prefix!r}')
         if start_step is not None and (isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral) or start_step < 0):
             raise ValueError(f'TensorBoardCB: start_step must be an int >= 0 (None: after the last step in log_dir), got {start_step!r}')
         self.log_dir, self.astats, self.prefix, self.writer = str(log_dir), astats, prefix, None
-        self.next_step = start_step   # the step of the next training batch: found in log_dir at the first fit when None
+        self.next_step = start_step   # the step of the next training batch: found in log_dir when the file opens, when None
+        self.next_valid_step = None if start_step is None else 0
+        self._n_train = None          # training batches of the current fit (None: a plain loop)
+
+    def open(self):
+        "Open an event file in `log_dir` (the first `write` does it); with several ranks only rank 0 writes. Returns self."
+        if self.writer is not None or (world_size() > 1 and rank() != 0): return self
+        from torch.utils.tensorboard import SummaryWriter   # imported when used: tensorboard is an optional dependency
+        if self.next_step is None: self.next_step = last_step(self.log_dir, self.prefix) + 1
+        if self.next_valid_step is None: self.next_valid_step = last_step(self.log_dir, self.prefix + '_valid') + 1
+        self.writer, self._written, self._runwide = SummaryWriter(self.log_dir), {}, None
+        self._start, self._valid_start = self.next_step, self.next_valid_step
+        return self
+
+    def close(self):
+        "Write what is left, close the event file; the next write goes on from the steps written."
+        if self.writer is None: return
+        try: self.write()
+        finally:
+            self.writer.close(); self.writer = None
+            self.next_step, self.next_valid_step = self._ends()
+
+    def __enter__(self): return self.open()
+    def __exit__(self, *exc): self.close()
 
     def before_fit(self, learn):
         self.writer, self._n_train = None, 0
-        if world_size() > 1 and rank() != 0: return   # several ranks: rank 0 writes, after the statistics are merged
         if self.astats is None:
-            self.astats = next((cb for cb in learn.cbs if isinstance(cb, ActivationStats)), None)
-            if self.astats is None: raise ValueError("TensorBoardCB needs an ActivationStats callback: pass one, or add one to the learner's callbacks")
-        from torch.utils.tensorboard import SummaryWriter   # imported when used: tensorboard is an optional dependency
-        if self.next_step is None: self.next_step = last_step(self.log_dir, self.prefix) + 1
-        self.writer, self._written, self._start, self._n_train = SummaryWriter(self.log_dir), {}, self.next_step, 0
+            self.astats = next((cb for cb in learn.cbs if isinstance(cb, (ActivationStats, StatisticsCB))), None)
+            if self.astats is None: raise ValueError("TensorBoardCB needs an ActivationStats (or a StatisticsCB) callback: pass one, or add one to the learner's callbacks")
+        self.open()
 
     def before_batch(self, learn):
         if self.writer is not None and learn.training: self._n_train += 1
@@ -55,36 +81,72 @@ class TensorBoardCB(Callback):
     def after_epoch(self, learn):
         if world_size() == 1: self.write()   # with several ranks the merged statistics exist only after fit
     def cleanup_fit(self, learn):
-        if self.writer is None: return
-        try: self.write()
-        finally:
-            self.writer.close(); self.writer = None
-            self.next_step = self._start + self._n_train   # the next fit goes on from here
+        try: self.close()
+        finally: self._n_train = None
 
-    def write(self):
-        "Write the batches recorded since the last call; returns the number of (layer, batch) pairs written."
-        if self.writer is None: return 0
-        a, done = self.astats, 0
-        bins, hi = a.rec_kwargs['bins'], a.rec_kwargs['hi']
-        limits = [hi * (i+1) / bins for i in range(bins)]
-        for h in a:
-            rec = main_recorder(h)
-            if rec is None: continue
-            start, end = self._written.get(h.name, 0), len(rec)
-            if end <= start: continue
-            scalars = dict(mean=rec.means, std=rec.stds, nonfinite=rec.nonfinite, dead_fraction=rec.dead.nan_to_num(0.),
-                           overflow_fraction=rec.saturated.nan_to_num(0.))
-            hists = rec.hists
-            for i in range(start, end):
-                step, tag = self._start + i * a.every, f'{self.prefix}/{h.name}'
-                for k, v in scalars.items(): self.writer.add_scalar(f'{tag}/{k}', float(v[i]), step)
-                body = hists[i].double()[:-1]
-                if float(body.sum()) > 0:
-                    centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
-                    self.writer.add_histogram_raw(f'{tag}/abs_hist', min=0., max=float(limits[int(body.nonzero().max())]), num=float(body.sum()),
-                        sum=float((body*centers).sum()), sum_squares=float((body*centers**2).sum()),
-                        bucket_limits=limits, bucket_counts=body.tolist(), global_step=step)
-                done += 1
-            self._written[h.name] = end
-        self.writer.flush()
-        return done
+
+# %% ../nbs/11a_tensorboard.ipynb #27e34b49
+@patch
+def write(self:TensorBoardCB, step=None):
+    "Write what was recorded since the last write: new batches at their own steps, run-wide statistics at `step` (default: the last training batch of the fit; in a plain loop, one step after the last write). Returns the number of (layer, batch) pairs, or layers, written."
+    if self.astats is None: raise ValueError("TensorBoardCB: no statistics to write: give `astats` (an ActivationStats, StatisticsCB or StatisticsCollector)")
+    if self.open().writer is None: return 0
+    a = self.astats
+    if isinstance(a, ActivationStats): done = self._write_series(a, 'train') + self._write_series(a, 'valid')
+    else: done = self._write_runwide(a.stats if isinstance(a, StatisticsCB) else a, step)
+    self.writer.flush()
+    return done
+
+@patch
+def _write_series(self:TensorBoardCB, a, phase):
+    "The new batches of `a.series(phase)`, each at its step."
+    bins, hi, done = a.bins, a.hi, 0
+    limits = [hi * (i+1) / bins for i in range(bins)]
+    centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
+    prefix, start, every = (self.prefix, self._start, a.every) if phase == 'train' else (self.prefix + '_valid', self._valid_start, 1)
+    for name, rec in a.series(phase).items():
+        first, end = self._written.get((phase, name), 0), len(rec)
+        if end <= first: continue
+        scalars = dict(mean=rec.means, std=rec.stds, nonfinite=rec.nonfinite, dead_fraction=rec.dead.nan_to_num(0.),
+                       overflow_fraction=rec.saturated.nan_to_num(0.))
+        hists = rec.hists
+        for i in range(first, end):
+            step, tag = start + i * every, f'{prefix}/{name}'
+            for k, v in scalars.items(): self.writer.add_scalar(f'{tag}/{k}', float(v[i]), step)
+            body = hists[i].double()[:-1]
+            if float(body.sum()) > 0:
+                self.writer.add_histogram_raw(f'{tag}/abs_hist', min=0., max=float(limits[int(body.nonzero().max())]), num=float(body.sum()),
+                    sum=float((body*centers).sum()), sum_squares=float((body*centers**2).sum()),
+                    bucket_limits=limits, bucket_counts=body.tolist(), global_step=step)
+            done += 1
+        self._written[(phase, name)] = end
+    return done
+
+@patch
+def _write_runwide(self:TensorBoardCB, coll, step):
+    "Each layer's run-wide output statistics in `coll` at `step`, unless nothing was recorded since they were written there."
+    if step is None:
+        if self._runwide is not None and self._runwide[1] == coll.call_count: return 0   # nothing recorded since the last write
+        if self._n_train: step = self._start + self._n_train - 1
+        else: step = self._start if self._runwide is None else self._runwide[0] + (self._n_train is None)
+    if (step, coll.call_count) == self._runwide: return 0
+    self._runwide, done = (step, coll.call_count), 0
+    for name, st in coll.get_all_statistics().items():
+        o = st.output_stats
+        if o is None: continue
+        vals = dict(mean=o.mean, std=o.std, min=o.min, max=o.max, nonfinite=o.nonfinite, count=o.count, sparsity=o.sparsity_ratio)
+        vals.update({f'p{percentile_key(p)}': v for p, v in o.percentiles.items()})
+        for k, v in vals.items():
+            if v is not None: self.writer.add_scalar(f'{self.prefix}/{name}/{k}', float(v), step)
+        done += 1
+    return done
+
+@patch
+def _ends(self:TensorBoardCB):
+    "The steps after the last ones written: training, validation."
+    a, valid = self.astats, self._valid_start
+    if isinstance(a, ActivationStats): valid += max([len(r) for r in a.series('valid').values()], default=0)
+    if self._n_train is not None: return self._start + self._n_train, valid
+    if isinstance(a, ActivationStats): return self._start + a.every * max([len(r) for r in a.series('train').values()], default=0), valid
+    return (self._start if self._runwide is None else self._runwide[0] + 1), valid
+

@@ -22,6 +22,7 @@ from miniai.conv import *
 from miniai.learner import *
 from miniai.activations import *
 from miniai.init import *
+from miniai.init import block_filter, lsuv_model, variant_defaults, make_variant, variant_learner
 from miniai.init import _lsuv_stats          # exported by the course's module, not by its __all__
 
 N_TRAIN, N_VALID = 4, 2

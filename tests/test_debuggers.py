@@ -4,6 +4,7 @@ import numpy as np, pytest, torch
 from torch import nn
 import miniai.debuggers as dbg
 from miniai.debuggers import *
+from miniai.debuggers import load_pages
 # helpers the tests reach into (not in `__all__`: a user does not call them)
 from miniai.debuggers import channel_dims, encode_records, find_module, finite_mean_std, nbytes, read_index
 from miniai.findings import judge
@@ -206,7 +207,7 @@ def test_debugcb_read_only_folder_as_another_user():
 
 # --- one vocabulary: `layer` picked by `select_modules`, the document's `layer_name`/`target_layer` as other names, `every_epoch` for epochs
 import inspect, warnings
-from miniai.hooks import LayerNotFoundError as HooksLayerNotFoundError
+from miniai.hooks import LayerNotFoundError as HooksLayerNotFoundError, LayerNotFoundError
 
 def test_find_module_is_select_modules_by_name_or_class():
     model = toy()
@@ -281,7 +282,8 @@ def test_nbytes_and_unknown_values():
     with pytest.raises(TypeError, match='debugger results must be tensors'): encode_records({'dev': torch.device('cpu')})
 
 # --- the statistics come from the kernel's `Moments` (batch_moments / row_moments): structured inputs against numpy float64 ---
-from miniai.kernel import fused_kernel, count_syncs, row_moments
+from miniai.kernel import fused_kernel, row_moments
+from miniai.testing import count_syncs
 
 def np_stats(x):
     "numpy float64 statistics of the finite values of tensor `x`: centred on the first finite value and scaled by a power of two (both exact)."

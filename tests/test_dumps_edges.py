@@ -59,7 +59,7 @@ def test_paused_recording_saves_nothing(tmp_path):
     assert _counts(h) == (2, 6) and h.micro_step == 0
     _step(model)                                       # the next real step is micro step 1, not 3
     h.remove()
-    steps = {e['micro_step'] for e in json.loads((h.tensor_dir/'index.json').read_text()).values()}
+    steps = {e['micro_step'] for e in json.loads((h.tensor_dir/'index.json').read_text())['files'].values()}
     assert steps == {0, 1} and _counts(h) == (4, 12)
 
 def _make_run(root, n):

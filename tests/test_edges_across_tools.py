@@ -61,7 +61,7 @@ def test_index_dtype_printed_escaped(tmp_path):
     _run(tmp_path/'A', 1); _run(tmp_path/'B', 1)
     fn = tmp_path/'A'/'tensors'/'rank_0'/'index.json'
     index = json.loads(fn.read_text())
-    for v in index.values(): v['dtype'] = '\x1b[31mred'
+    for v in index['files'].values(): v['dtype'] = '\x1b[31mred'
     fn.write_text(json.dumps(index))
     code, out = _gate(tmp_path/'A', tmp_path/'B')
     assert '\x1b' not in out and '\\x1b[31mred' in out, out

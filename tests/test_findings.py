@@ -59,3 +59,25 @@ def test_judge_on_a_real_dead_layer():
     assert [f['issue'] for f in found] == ['vanishing', 'dead', 'sparse']
     assert found[1] == finding('relu', 'dead', 1., 0.8, 'dead')
     with pytest.raises(ValueError, match='`dead` is a fraction'): judge('relu', dead=dead * 100)
+
+@pytest.mark.parametrize('kw,field', [(dict(sat_low=1., sat_high=-1.), 'sat_low'), (dict(sat_low=0., sat_high=0.), 'sat_low'),
+                                      (dict(sat_high=math.nan), 'sat_high'), (dict(sat_low=True), 'sat_low'),
+                                      (dict(narrow_range=-1.), 'narrow_range'), (dict(skewed=math.inf), 'skewed'),
+                                      (dict(clipped=150), 'clipped'), (dict(clipped=-1), 'clipped')])
+def test_the_run_wide_and_saturation_fields_are_checked(kw, field):
+    "Every threshold lives in `Thresholds`: the saturation limits (values, sat_low < sat_high) and the run-wide checks' limits."
+    with pytest.raises(ValueError, match=f'`{field}`'): Thresholds(**kw)
+
+def test_old_keyword_names_set_the_threshold_fields():
+    "check_statistics' `range_threshold`, `skew_factor` and `saturation=True` are the fields `narrow_range`, `skewed` and `clipped=99`."
+    from miniai.statistics import TensorStatistics, ModuleStatistics
+    from miniai.monitoring import check_statistics
+    o = TensorStatistics(count=100, mean=3., std=0.5, min=2.9, max=3.05, percentiles={99: 3.05})
+    stats = {'fc': ModuleStatistics('fc', output_stats=o)}
+    new = check_statistics(stats, narrow_range=0.5, skewed=2., clipped=99, vanishing_std=None)
+    assert [f['issue'] for f in new] == ['narrow range', 'skewed', 'clipped']
+    assert check_statistics(stats, range_threshold=0.5, skew_factor=2., saturation=True, vanishing_std=None) == new
+    assert check_statistics(stats, THRESHOLDS.but(narrow_range=0.5, skewed=2., clipped=99, vanishing_std=None)) == new
+    from miniai.findings import format_finding
+    assert format_finding(new[2]) == 'fc looks clipped: its p99 3.05 equals its max'
+    assert check_statistics(stats, vanishing_std=None) == []                                  # all three off by default

@@ -12,12 +12,15 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from miniai.learner import set_seed, baseline_cnn
+from miniai.learner import set_seed, baseline_cnn, Learner, TrainCB, Callback
+from miniai.datasets import DataLoaders
 from miniai.conv import def_device
 from miniai.activations import ActivationStats
 from miniai.hooks import Hooks
 from miniai.init import *
+from miniai.init import block_filter, lsuv_model, variant_defaults, make_variant
 from miniai.init import _lsuv_stats
+from miniai.init import one_cycle, input_stats, Normalize, SchedCB   # lesson 11's helpers, outside `from miniai.init import *`
 
 pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
 act_gr = partial(GeneralRelu, leak=0.1, sub=0.4)
@@ -55,6 +58,41 @@ def test_one_cycle_schedule_peaks_at_the_optimisers_lr():
         lrs.append(opt.param_groups[0]['lr']); opt.step(); sched.step()
     assert max(lrs) == pytest.approx(0.2, abs=1e-6) and lrs.index(max(lrs)) in (9, 10)   # after a quarter of the steps
     assert lrs[0] < 0.01 and lrs[-1] < 1e-5
+
+class _SchedCBBefore(Callback):
+    "Lesson 11's SchedCB as it was before it became lesson 12's base: the numbers must not move."
+    order = TrainCB.order + 1
+    def __init__(self, sched=one_cycle): self.sched = sched
+    def before_fit(self, learn): self.scheduler = self.sched(learn.opt, learn.n_epochs * len(learn.dls.train))
+    def after_step(self, learn): self.scheduler.step()
+
+def _sched_fit(cb, epochs=2):
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.randn(8, 4, generator=g), torch.randint(0, 3, (8,), generator=g)) for _ in range(5)]
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    class LRs(Callback):
+        order = 100
+        def before_fit(self, learn): self.lrs = []
+        def after_batch(self, learn):
+            if learn.training: self.lrs.append(learn.opt.param_groups[0]['lr'])
+    lrs = LRs()
+    Learner(model, DataLoaders(batches, batches[:2]), F.cross_entropy, lr=0.2, cbs=[TrainCB(), cb, lrs],
+            opt_func=partial(torch.optim.SGD, momentum=0.9)).fit(epochs)
+    return lrs.lrs, [p.detach().clone() for p in model.parameters()]
+
+def test_sched_cb_trains_exactly_as_before():
+    for sched in (one_cycle, partial(one_cycle, pct_start=0.3)):
+        (lrs_new, w_new), (lrs_old, w_old) = _sched_fit(SchedCB(sched)), _sched_fit(_SchedCBBefore(sched))
+        assert lrs_new == lrs_old and all(torch.equal(a, b) for a, b in zip(w_new, w_old))
+    from miniai.sgd import BatchSchedCB
+    assert _sched_fit(BatchSchedCB(one_cycle))[0] == _sched_fit(SchedCB())[0]     # lesson 12's name for the same schedule
+
+def test_sched_cb_with_nothing_to_schedule_and_a_bad_sched():
+    cb = SchedCB()
+    _sched_fit(cb, epochs=0)                                # fit(0): no step to schedule, no scheduler built (OneCycleLR refuses 0 steps)
+    assert cb.schedo is None
+    with pytest.raises(TypeError, match='`sched`'): SchedCB(0.1)
 
 def test_init_weights_only_touches_convs():
     set_seed(0)

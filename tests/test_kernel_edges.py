@@ -4,7 +4,8 @@ import math
 import pytest, torch
 from torch import nn
 import miniai.kernel as K
-from miniai.kernel import Recorder, batch_moments, row_moments, sample_bins, fused_kernel, _as_float, _sample_table
+from miniai.kernel import Recorder, batch_moments, row_moments, fused_kernel, flat_float
+from miniai.kernel import _sample_bins as sample_bins, _sample_table
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 PATHS = [pytest.param(True, id='loops'), pytest.param(False, id='torch-ops')]
@@ -35,7 +36,7 @@ def _use_everything(x):
     for r in (Recorder(), Recorder(exact=True), Recorder(fold=True, zeros=True)): r.record(x); r.total.to_dict()
     batch_moments(x); batch_moments(x, zeros=False, ranges=False, minmax=False)
     row_moments(x.reshape(x.shape[0], -1) if x.dim() > 1 else x[None])
-    f = _as_float(x)
+    f = flat_float(x)
     sample_bins(f)
     if f.numel() > 64: sample_bins(f, idx=_sample_table(f.numel(), 64, f.device, 16)[0], run=16)
 
@@ -95,16 +96,16 @@ def test_a_recording_under_inference_mode_does_not_break_later_ones(dtype, fused
           _values((300, 100), dtype, seed=3).t()]
     with fused_kernel(fused):
         want = [_record_all(x) for x in xs]
-        K._scratch_bufs.clear()                       # the next allocations happen under inference_mode
+        K._TABLES.clear()                             # the next tables are drawn under inference_mode
         for ctx in (torch.inference_mode, torch.enable_grad, torch.no_grad, torch.inference_mode):
             for x, w in zip(xs, want):
                 with ctx(): got = _record_all(x)
                 for a, b in zip(got, w): assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan()), ctx.__name__
-        assert not any(t.is_inference() for t in K._scratch_bufs.values())
+        assert not any(t.is_inference() for t in K._TABLES.values())
 
 def test_a_calibration_pass_then_training_through_hooks():
     "The reported case: a hooked model sees one forward under inference_mode, then trains; the hooks keep recording."
-    K._scratch_bufs.clear()
+    K._TABLES.clear()
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
     x = torch.randn(4, 3, 10, 10).to(memory_format=torch.channels_last)

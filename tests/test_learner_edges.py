@@ -66,3 +66,30 @@ def test_no_learning_rate_is_a_clear_error_and_fit_or_lr_find_can_give_one():
     learn.lr_find(max_epochs=1)                                             # lr_find brings its own start_lr
     assert learn.lr_finder.lrs[0] == 1e-5
     Learner(model(), dls, F.cross_entropy, lr=None, cbs=[TrainCB()], opt_func=None).fit(1, train=False)   # no optimiser, no lr needed
+
+
+@pytest.mark.parametrize('bad', [1.5, '2', -1, None, True])
+def test_a_bad_epoch_count_is_refused_before_anything_runs(bad):
+    m = model(); before = [p.clone() for p in m.parameters()]
+    ev = Events()
+    learn = Learner(m, DataLoaders(DataLoader(data(8), batch_size=4), DataLoader(data(4), batch_size=4)), F.cross_entropy, lr=0.1,
+                    cbs=[TrainCB(), ev])
+    with pytest.raises(ValueError, match=r'Learner\.fit: `n_epochs` must be an integer >= 0'): learn.fit(bad)
+    assert ev.seen == [] and all(torch.equal(p, q) for p, q in zip(m.parameters(), before))
+    learn.fit(1)                                          # the same learner still trains
+    assert ev.seen.count('batch') == 3
+
+
+def test_a_failing_cleanup_note_names_the_callbacks_line():
+    "`run_cleanup_cbs` runs `run_cbs` one callback at a time: the note points at the callback's own line, not at the loop."
+    from miniai.learner import run_cleanup_cbs
+    class Fails(Callback):
+        def cleanup_fit(self, learn): raise OSError('disk full')
+    class Releases(Callback):
+        def cleanup_fit(self, learn): self.released = True
+    first, second, last = Fails(), Fails(), Releases()
+    with pytest.raises(OSError) as e: run_cleanup_cbs([first, second, last], 'cleanup_fit', 'learner')
+    assert last.released and first.learn == 'learner' == last.learn
+    note = e.value.__notes__[1]
+    line = Fails.cleanup_fit.__code__.co_firstlineno
+    assert note.startswith('Fails.cleanup_fit also raised OSError: disk full') and note.endswith(f'(test_learner_edges.py:{line})'), note

@@ -1,12 +1,12 @@
 """The Learner's metrics and progress callbacks read at most one value from the device per batch.
 
-Counted with miniai.kernel.count_syncs (scalar reads, .cpu(), .tolist(), .numpy()) over real training
+Counted with miniai.testing.count_syncs (scalar reads, .cpu(), .tolist(), .numpy()) over real training
 batches of the baseline CNN on FashionMNIST. The DataLoader's sampler itself reads 3 host-side values per epoch."""
 import torch.nn.functional as F
 from torcheval.metrics import MulticlassAccuracy
 from miniai.datasets import fashion_dls
 from miniai.learner import Learner, TrainCB, MetricsCB, ProgressCB, Callback, CancelFitException, baseline_cnn, set_seed
-from miniai.kernel import count_syncs
+from miniai.testing import count_syncs
 
 N = 6
 

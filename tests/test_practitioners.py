@@ -124,12 +124,12 @@ def test_every_layer_recorded_no_warning_and_a_submodule_called_outside_a_forwar
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         with cb.attach(m): F.cross_entropy(m(torch.randn(4, 6)), torch.tensor([0, 1, 2, 0])).backward()
-    assert all(h.calls == 1 for h in cb)
+    assert all(n == 1 for n in cb.calls.values())
     m = WithAux()
     cb = ActivationStats()
     with pytest.warns(NothingRecordedWarning, match=r'1 of 2 hooked layers recorded nothing: aux; ') as w:
         with cb.attach(m): m.aux(m(torch.randn(4, 6)))   # `aux` called directly, after the model's forward: not recorded
-    assert len(silent_warnings(w)) == 1 and [h.calls for h in cb] == [1, 0] and len(cb.hooks[0].stats[0]) == 1
+    assert len(silent_warnings(w)) == 1 and list(cb.calls.values()) == [1, 0] and len(cb.hooks[0].stats[0]) == 1
 
 def test_no_recorded_forward_at_all_is_one_warning_that_nothing_was_recorded():
     m = resnetish()
@@ -151,7 +151,7 @@ def test_the_report_comes_once_at_the_outermost_end_also_after_an_error():
             assert silent_warnings(w) == []
             Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)   # a fit inside joins too
             assert silent_warnings(w) == []
-    assert len(silent_warnings(w)) == 1 and 'skip' in silent_warnings(w)[0] and [h.calls for h in cb] == [4, 0, 4]
+    assert len(silent_warnings(w)) == 1 and 'skip' in silent_warnings(w)[0] and list(cb.calls.values()) == [4, 0, 4]
     with pytest.warns(NothingRecordedWarning, match='recorded nothing: skip') as w, pytest.raises(RuntimeError, match='boom'):
         with cb.attach(m): m(torch.randn(4, 6)); raise RuntimeError('boom')
     assert not hooks_left(m)
@@ -237,7 +237,7 @@ def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentr
             Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
         assert cb.names == ['a', 'mid.0', 'c']
         assert [len(h.stats[0]) for h in cb] == [3] * 3 and [len(h.recorders['grad.0']) for h in cb] == [3] * 3, mode
-        assert [h.calls for h in cb] == [3] * 3 and [h.grads_owed for h in cb] == [0] * 3
+        assert list(cb.calls.values()) == [3] * 3 and list(cb._grads_owed.values()) == [0] * 3
         runs[mode] = recorded(cb)
     for name, (means, stds, gstds) in runs[None].items():    # the same numbers as without checkpointing
         m2, s2, g2 = runs[reentrant][name]
@@ -289,13 +289,13 @@ def test_a_module_called_twice_per_forward_is_reported_once_at_the_end():
     [msg] = twice_warnings(w)
     assert msg.startswith('ActivationStats: 1 of 2 hooked layers ran more than once in one recorded forward: relu (2 calls); ')
     assert 'one record per call' in msg and not silent_warnings(w) and not hooks_left(m)
-    assert [(h.name, len(h.stats[0]), h.calls) for h in cb] == [('lin', 3, 3), ('relu', 6, 6)]   # two records per batch
+    assert [(h.name, len(h.stats[0]), cb.calls[h.name]) for h in cb] == [('lin', 3, 3), ('relu', 6, 6)]   # two records per batch
     cb = HooksCallback(lambda *a: None, nn.ReLU)
     with pytest.warns(CalledTwiceWarning, match=r"^HooksCallback: 1 of 1 hooked layers .*: relu \(1 to 2 calls\); ") as w:
         with cb.attach(m):
             m(torch.randn(4, 6)); m(torch.randn(4, 6), once=True)
             m.eval()(torch.randn(4, 6)); m.train()                          # not recorded (on_valid is off): not counted
-    assert len(twice_warnings(w)) == 1 and cb.hooks[0].calls == 3
+    assert len(twice_warnings(w)) == 1 and cb.calls[cb.hooks[0].name] == 3
     with warnings.catch_warnings():
         warnings.simplefilter('error')
         with cb.attach(m): m(torch.randn(4, 6), once=True); m(torch.randn(4, 6), once=True)   # once per forward: no warning
