@@ -485,14 +485,15 @@ def _sample_bins(x, bins=40, hi=10., idx=None, run=1):
     if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
     return _sample_bins_torch(x, bins, hi, idx)
 
-def _scale_hists(raw, m):
-    "Histograms (`[B, bins+1]`, float32) from raw sample bins `raw` (`[B, bins+2]`) and the exact `Moments` rows `m`: edge bins exact, middle bins scaled to the exact count between."
+def _scale_hists(raw, t):
+    "Histograms (`[B, bins+1]`, float32) from raw sample bins `raw` (`[B, bins+2]`) and the exact `Moments` rows `t` (a tensor): edge bins exact, middle bins scaled to the exact count between."
     raw = raw.double()
     mid = raw[:, 1:-2]
-    want = (m.count - m.low - m.high).clamp(min=0)
+    low, high = t[:, _IX['low']], t[:, _IX['high']]
+    want = (t[:, _IX['count']] - low - high).clamp(min=0)
     got = mid.sum(1)
     mid = mid * torch.where(got > 0, want / got.clamp(min=1), 0.)[:, None]
-    return torch.cat([m.low[:, None], mid, m.high[:, None]], 1).float()
+    return torch.cat([low[:, None], mid, high[:, None]], 1).float()
 
 # %% ../nbs/09c_kernel.ipynb #4797216b
 _RUN = 16   # the histogram sample's values come in runs of one cache line
@@ -526,7 +527,7 @@ class Recorder:
             raw = None if self.fold else _sample_bins_torch(f, self.bins, self.hi, None if row is None else self._run_index(n, row), self._consts)
         self._rows.append(m)
         if raw is not None: self._raw.append(raw)
-        self.after_record(f, row, m)
+        if type(self).after_record is not Recorder.after_record: self.after_record(f, row, m)   # a subclass's: no call otherwise
         self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()
@@ -564,22 +565,26 @@ class Recorder:
         self._folded, self._rows = Moments(torch.stack(rows)).fold().t, []
 
 # %% ../nbs/09c_kernel.ipynb #3899c0b0
+@patch
+def _host(self:Recorder):
+    "The per-batch rows and histograms on the host, read once after each change: `(rows, hists)`."
+    if self.fold: raise AttributeError("a folded Recorder keeps no rows per batch: read `total`")
+    if self._cache is None:
+        if not self._rows: self._cache = (Moments.empty(0).t, torch.zeros(0, self.bins + 1))
+        else:
+            t = torch.stack(self._rows).cpu()
+            self._cache = (t, _scale_hists(torch.stack(self._raw).cpu(), t))
+    return self._cache
+
 @patch(as_prop=True)
 def moments(self:Recorder):
     "`Moments` of each recorded batch (`fold=False`), on the host."
-    if self.fold: raise AttributeError("a folded Recorder keeps no rows per batch: read `total`")
-    if self._cache is None:
-        if not self._rows: self._cache = (Moments.empty(0), torch.zeros(0, self.bins + 1))
-        else:
-            m = Moments(torch.stack(self._rows).cpu())
-            self._cache = (m, _scale_hists(torch.stack(self._raw).cpu(), m))
-    return self._cache[0]
+    return Moments(self._host()[0])
 
 @patch(as_prop=True)
 def hists(self:Recorder):
     "|x| histogram per batch (`[batches, bins+1]`, float32): `bins` equal bins over [0, `hi`) and an overflow bin; first and last exact."
-    self.moments
-    return self._cache[1]
+    return self._host()[1]
 
 @patch(as_prop=True)
 def means(self:Recorder):
