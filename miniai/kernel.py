@@ -146,21 +146,22 @@ def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True, consts=No
     counts = torch.cat([lt, x.unsqueeze(-2) == equal[:, None]], -2).sum(-1, dtype=torch.float64)
     out = torch.addmm(bias, counts.view(-1, counts.shape[-1]), M).view(*x.shape[:-1], len(FIELDS))   # every count, exact
     n = out[..., _IX['count']]
-    # one pass of deviations from K, the first finite value (0 when there is none): a constant gives 0s, its value and m2 0
-    first = fin.to(torch.uint8).argmax(-1, keepdim=True)
-    K = x.gather(-1, first).nan_to_num_(0., 0., 0.).double()
+    # the corrected two-pass formula: the mean of the finite values, then the deviations from it, whose sum takes the first
+    # mean's rounding back out of both the mean and m2 (so a first value unlike the others, or a large mean, costs no precision)
     scaled = x.dtype == torch.float64                    # float64 squares can overflow or underflow: a power of two first
     if scaled:
         e = torch.frexp(torch.where(fin, a, 0.).amax(-1, keepdim=True))[1]
-        s = torch.pow(torch.full_like(K, 2.), e.neg_().clamp_(max=1000))
-        d = (x * s - K * s).nan_to_num_(0., 0., 0.)
-    else: d = (x - K).nan_to_num_(0., 0., 0.)           # float32 values: their differences never overflow in float64
+        s = torch.pow(2., e.neg_().clamp_(max=1000).double())
+        xs = x * s
+    else: xs = x                                         # float32 values: their sums and squares never overflow in float64
+    safe_n = n.clamp(min=1)
+    mean = torch.where(fin, xs, 0.).sum(-1, dtype=torch.float64) / safe_n
+    d = torch.where(fin, xs - mean[..., None], 0.)
     S = d.sum(-1)
-    Q = (d.unsqueeze(-2) @ d.unsqueeze(-1))[..., 0, 0]  # the sum of squares, one op
-    corr = S / n.clamp(min=1)
-    m2 = torch.addcmul(Q, S, corr, value=-1).clamp_(min=0)
-    mean = K[..., 0] + corr
-    if scaled: mean, m2 = (K[..., 0] * s[..., 0] + corr) / s[..., 0], m2 / s[..., 0] / s[..., 0]
+    Q = d.square().sum(-1)                               # summed pairwise (a matmul's dot product sums in a long line: less exact)
+    corr = S / safe_n
+    mean, m2 = mean + corr, torch.addcmul(Q, S, corr, value=-1).clamp_(min=0)
+    if scaled: mean, m2 = mean / s[..., 0], m2 / s[..., 0] / s[..., 0]
     out[..., 4:6] = torch.stack([mean, m2], -1)
     if minmax:
         inf = math.inf           # NaN and ±Inf out of the way of each
@@ -239,11 +240,14 @@ def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out):
         e = min(st + _BLOCK, x.size)
         K = np.float64(x[st])
         c, q, l, h, z = _block_loop(x, st, e, K, lo, hi)
+        if np.isfinite(q) and c * c > 0.5 * q * (e - st):   # K (a head unlike the rest) lies over a std from the block mean:
+            K = K + c / (e - st)                             # its distance would cost precision, so the block is read again
+            c, q, l, h, z = _block_loop(x, st, e, K, lo, hi)   # around its mean (rare: the block is still in the cache)
         n_low += l; n_high += h; n_zero += z
         if np.isfinite(q):                      # every value finite, squares in range
             k = e - st
             mb, m2b = K + c / k, max(q - c * c / k, 0.)
-            base, rel = K, c / k                # the block mean as a data value plus a small offset: no rounding of `mb`
+            base, rel = K, c / k                # the block mean as K plus a small offset: no rounding of `mb`
             if minmax:
                 if not bits: smin, smax, umax = ints[st], ints[st], uints[st]
                 smin, smax, umax = _bits_loop(ints, uints, st, e, smin, smax, umax); bits = True
