@@ -20,6 +20,7 @@ from .hooks import HookFn, tensor_items, skip_reason, other_names
 from .findings import *
 from .findings import format_finding
 from .findings import finding
+from .core import check_arg
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -69,10 +70,8 @@ def get_min(h):
 # %% ../nbs/10_activations.ipynb #64651dbf
 def _check_stats_args(bins, hi):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
-    if isinstance(bins, bool) or not isinstance(bins, numbers.Integral) or bins < 1:
-        raise ValueError(f"ActivationStats: `bins` must be an integer >= 1, got {bins!r}")
-    if isinstance(hi, bool) or not isinstance(hi, numbers.Real) or not math.isfinite(hi) or hi <= 0:
-        raise ValueError(f"ActivationStats: `hi` (the top of the |x| histogram) must be a finite number > 0, got {hi!r}")
+    check_arg(bins, 'bins', 'ActivationStats', lo=1)
+    check_arg(hi, 'hi', 'ActivationStats', kind='real', lo=0, lo_open=True, note='the top of the |x| histogram')
 
 _FEW_LAYERS = 10   # up to this many layers the plots draw as the lesson's; more get a grid, colours and a legend that stay readable
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
-from .core import recording_paused
+from .core import recording_paused, check_arg
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
@@ -210,8 +210,7 @@ def other_names(o):
 # %% ../nbs/09b_hooks.ipynb #914a5588
 def _check_every(every, owner):
     "Refuse an `every` that is not a whole number >= 1, naming `owner`."
-    if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
-        raise ValueError(f"{owner}: `every` must be an integer >= 1 (record every N-th training batch), got {every!r}")
+    check_arg(every, 'every', owner, lo=1, note='record every N-th training batch')
 
 class NothingRecordedWarning(UserWarning):
     "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."

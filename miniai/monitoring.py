@@ -12,6 +12,7 @@ import numpy as np, matplotlib.pyplot as plt
 
 from .findings import THRESHOLDS, Thresholds, finding, format_finding, judge
 from .hooks import HooksCallback, other_names
+from .core import check_arg
 from .statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook, percentile_key
 
 # %% auto #0
@@ -23,8 +24,7 @@ class ActivationWarning(UserWarning):
 
 def _check_limit(name, v):
     "Raise a ValueError naming `name` unless `v` is None or a finite number >= 0."
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
-        raise ValueError(f"check_statistics: `{name}` must be a finite number >= 0 (None: no check), got {v!r}")
+    check_arg(v, name, 'check_statistics', kind='real', lo=0, none='no check')
 
 def _thresholds(thresholds, limits, owner):
     "`thresholds` with the fields in `limits` changed (see `Thresholds.but`)."
@@ -61,8 +61,7 @@ class StatisticsCB(HooksCallback):
     order = 10
     def __init__(self, config=None, layers=None, on_train=True, on_valid=False, every=None, check_every=None,
                  thresholds=THRESHOLDS, per_epoch=False, **limits):
-        if check_every is not None and (isinstance(check_every, bool) or not isinstance(check_every, int) or check_every < 1):
-            raise ValueError(f"StatisticsCB: `check_every` must be an integer >= 1 (check every N-th training batch) or None, got {check_every!r}")
+        check_arg(check_every, 'check_every', 'StatisticsCB', lo=1, none='no check', note='check every N-th training batch')
         if config is not None and not isinstance(config, StatisticsConfig):
             raise TypeError(f"StatisticsCB: `config` must be a StatisticsConfig, got {type(config).__name__}")
         self.config = config or StatisticsConfig(collect_sparsity=True, collect_input=False)

@@ -14,7 +14,7 @@ from fastcore.basics import patch
 from .kernel import FIELDS, Moments
 from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
 from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names, recomputing
-from .core import write_json, to_host, json_safe, recording_paused
+from .core import write_json, to_host, json_safe, recording_paused, check_arg
 
 # %% auto #0
 __all__ = ['StatisticsConfig', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook']
@@ -31,8 +31,7 @@ def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) a
 
 def _check_int(name, v, lo, hint=''):
     "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
-    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}{hint}, got {v!r}")
+    check_arg(v, name, lo=lo, fmt='{name} must be an int >= {lo}{hint}, got {got}'.replace('{lo}', str(lo)).replace('{hint}', hint))
 
 
 # %% ../nbs/10a_statistics.ipynb #3320103f

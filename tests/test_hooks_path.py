@@ -5,7 +5,7 @@ count as calls too). One linear layer, hooked by `ActivationStats`, one training
 (`before_batch`, the forward, `after_batch`), then `color_dim()`. The budget covers all of miniai, `miniai/kernel.py`'s
 `Recorder` included; `attach` adds the pre- and post-hook it puts on the model (counted apart below).
 """
-import os, sys, collections
+import os, sys, gc, collections
 import matplotlib
 matplotlib.use('Agg')
 import matplotlib.pyplot as plt
@@ -23,13 +23,14 @@ BUDGET = 20          # the whole path: hooks, activations, datasets' plotting he
 class CallCounter:
     "Count 'call' events of Python functions defined under miniai/ while the block runs: `(file, function)` in order."
     def __enter__(self):
+        gc.collect(); gc.disable()   # an earlier test's hooks removed by the collector inside the block are not on this path
         self.calls = []
         def prof(frame, event, arg):
             if event == 'call' and frame.f_code.co_filename.startswith(ROOT):
                 self.calls.append((os.path.basename(frame.f_code.co_filename), frame.f_code.co_name))
         sys.setprofile(prof)
         return self
-    def __exit__(self, *args): sys.setprofile(None)
+    def __exit__(self, *args): sys.setprofile(None); gc.enable()
     def __len__(self): return len(self.calls)
     def in_file(self, name): return sum(f == name for f, _ in self.calls)
     def __str__(self): return ' '.join(f'{f[:-3]}.{n}' for f, n in self.calls)
