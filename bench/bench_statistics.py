@@ -63,13 +63,13 @@ _timed = _inside.wrap
 def run_inside(dls, spec):
     "`(time in the hooks and the final read, the rest of the epoch)`: the hook functions themselves are timed."
     import miniai.activations as A, miniai.statistics as S
-    orig = A.append_stats, S.StatisticsCollector.update_statistics
-    A.append_stats, S.StatisticsCollector.update_statistics = _timed(orig[0]), _timed(orig[1])
+    orig = A.ActivationStats.hook, S.StatisticsCollector.update_statistics   # ActivationStats records in its `hook` method
+    A.ActivationStats.hook, S.StatisticsCollector.update_statistics = _timed(orig[0]), _timed(orig[1])
     try:
         _inside.reset()
         dt = run_epoch(dls, spec)   # includes the final read, which is not in the hook functions
         return dt, _inside.seconds + _last_read[0]
-    finally: A.append_stats, S.StatisticsCollector.update_statistics = orig
+    finally: A.ActivationStats.hook, S.StatisticsCollector.update_statistics = orig
 
 
 def main_inside(rounds, names):
