@@ -2,6 +2,7 @@
 figure is `astats.fig` to save, panels are titled with the layer names; keeping the callback does not keep its model alive.
 (These were hidden cells of lesson 10 that drew figures only to close them.)"""
 import gc, itertools, weakref
+import pytest
 import matplotlib.pyplot as plt
 import torch.nn.functional as F
 from torch import nn
@@ -38,3 +39,27 @@ def test_keeping_activation_stats_does_not_keep_the_model_alive():
     kept.plot_stats()                                        # and what it kept still draws
     try: assert len(kept.fig.axes) >= 2
     finally: plt.close('all')
+
+def test_layers_without_data_are_named_in_each_plots_title():
+    "A layer that records nothing (None, a complex tensor) and one that is all NaN: each plot draws the others and names the silent ones with why."
+    import math, torch
+    from miniai.learner import run_cbs
+    class Nothing(nn.Module):
+        def forward(self, x): return None
+    class Complex(nn.Module):
+        def forward(self, x): return torch.complex(x, x)
+    class AllNaN(nn.Module):
+        def forward(self, x): return x * math.nan
+    net = nn.ModuleDict(dict(lin=nn.Linear(4, 4), none=Nothing(), cplx=Complex(), nan=AllNaN()))
+    a = ActivationStats(mods=list(net.values()))
+    learn = Learner(net, [[(torch.randn(3, 4),)]], cbs=[a]); learn.model = net   # drive the hooks by hand
+    run_cbs([a], 'before_fit', learn)
+    for _ in range(3):
+        run_cbs([a], 'before_batch'); x = torch.randn(3, 4); [m(x) for m in net.values()]; run_cbs([a], 'after_batch')
+    run_cbs([a], 'cleanup_fit')
+    for name in ('color_dim', 'dead_chart', 'plot_stats'):
+        getattr(a, name)()
+        try: assert 'none (0: output is NoneType, not a tensor)' in a.fig._suptitle.get_text(), name
+        finally: plt.close(a.fig)
+    with pytest.raises(ValueError, match='no hooked layer recorded train statistics to plot: no layers hooked'): ActivationStats().color_dim()
+    with pytest.raises(ValueError, match=r'no hooked layer recorded valid statistics to plot: lin \(nothing recorded\)'): a.color_dim(phase='valid')
