@@ -18,14 +18,20 @@ Configurations:
   StatisticsConfig  the collector with the default config (mean, std, min/max, p95/p99) on inputs and outputs
   course hooks      the course's `append_stats` (to_cpu, mean, std, histc of |x|)
 
+--baseline DIR: DIR holds another copy of the package (`DIR/miniai`, e.g. `git archive HEAD miniai | tar -x -C DIR`): its
+                ActivationStats and StatisticsConfig hooks run in the same shuffled rounds, as "... (baseline)", so that
+                a before/after comparison shares the machine's state (per call only).
+--clock cpu: time each call by the CPU time of this thread (`time.thread_time`), with one torch thread (set `--threads`
+              too, or it is 1): on a machine that other jobs load, wall-clock rounds vary several-fold, CPU time much less.
 --ops: torch ops per hook call on the torch path that GPUs run (`fused_kernel(False)`), counted with `count_ops`.
 --cold: a fresh process with an empty numba cache (`NUMBA_CACHE_DIR`): its first hooked training step against a plain one.
 
-Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold]
+Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold] [--baseline DIR]
 """
-import argparse, json, os, statistics, subprocess, sys, tempfile, warnings
+import argparse, importlib, importlib.util, json, os, statistics, subprocess, sys, tempfile, warnings
 from pathlib import Path
-import torch, torch.nn.functional as F
+import time, torch, torch.nn.functional as F
+import _timing
 from torch import nn
 from _timing import cpu_name, interleaved, quartiles, ratios, once, clock
 from miniai.datasets import fashion_dls
@@ -45,15 +51,16 @@ def one_read_io(hook, mod, inp, outp):
     if not hasattr(hook, 'sums'): hook.sums = []
     hook.sums.append((inp[0].detach().sum(), outp.detach().sum()))
 
-def recorders(model):
+def recorders(model, Rec=None):
     "What ActivationStats' hook runs per output: one `Recorder(minmax=False)` per conv."
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
-    recs = [Recorder(minmax=False, seed=i) for i in range(len(convs))]
+    recs = [(Rec or Recorder)(minmax=False, seed=i) for i in range(len(convs))]
     return [m.register_forward_hook(lambda mod, i, o, r=r: r.record(o)) for m, r in zip(convs, recs)]
 
-def collector(model, config=None):
-    "The collector as a forward hook on every Conv2d and Linear, named by `_hook_name` (inputs and outputs)."
-    hook = S.ActivationStatisticsHook(config or S.StatisticsConfig())
+def collector(model, config=None, mod=None):
+    "The collector as a forward hook on every Conv2d, named by `_hook_name` (inputs and outputs)."
+    mod = mod or S
+    hook = mod.ActivationStatisticsHook(config or mod.StatisticsConfig())
     handles = []
     for name, m in model.named_modules():
         if isinstance(m, nn.Conv2d):
@@ -65,7 +72,16 @@ def convs(model): return [m for m in model.modules() if isinstance(m, nn.Conv2d)
 
 PER_CALL = ['no hooks', 'one read (floor)', 'one read in+out', 'ActivationStats', 'StatisticsConfig', 'course hooks']
 
-def per_call(x, rounds):
+def load_baseline(folder):
+    "The `kernel` and `statistics` modules of the copy of the package in `folder/miniai`, imported as `miniai_baseline`, its compiled loops ready."
+    pkg = os.path.join(os.path.abspath(folder), 'miniai')
+    spec = importlib.util.spec_from_file_location('miniai_baseline', os.path.join(pkg, '__init__.py'), submodule_search_locations=[pkg])
+    mod = importlib.util.module_from_spec(spec); sys.modules['miniai_baseline'] = mod; spec.loader.exec_module(mod)
+    K, BS = importlib.import_module('miniai_baseline.kernel'), importlib.import_module('miniai_baseline.statistics')
+    with K.fused_kernel(True): K.Recorder().record(torch.ones(100))
+    return K, BS
+
+def per_call(x, rounds, baseline=None):
     "Seconds per forward with each configuration's hooks (lists over rounds)."
     set_seed(1)
     model = baseline_cnn().train()
@@ -83,6 +99,10 @@ def per_call(x, rounds):
            'ActivationStats': fwd(lambda: recorders(model)),
            'StatisticsConfig': fwd(lambda: collector(model)[1]),
            'course hooks': fwd(lambda: Hooks(convs(model), course_stats))}
+    if baseline:
+        K, BS = baseline
+        fns['ActivationStats (baseline)'] = fwd(lambda: recorders(model, K.Recorder))
+        fns['StatisticsConfig (baseline)'] = fwd(lambda: collector(model, mod=BS)[1])
     interleaved(fns, 3, reps=2)                       # warm up: compile the loops, fill caches
     return interleaved(fns, rounds, reps=3)
 
@@ -154,21 +174,30 @@ def main():
     p.add_argument('--fit-rounds', type=int, default=5, help='rounds of whole fit(1)s (0: none)')
     p.add_argument('--ops', action='store_true', help='also count torch ops per hook call on the torch path')
     p.add_argument('--cold', action='store_true', help='also time a cold start (fresh numba cache)')
+    p.add_argument('--clock', choices=['wall', 'cpu'], default='wall', help='wall clock, or the CPU time of this thread (one torch thread)')
+    p.add_argument('--threads', type=int, help='torch threads (default: torch\'s own; 1 with --clock cpu)')
+    p.add_argument('--baseline', help='folder holding another copy of the package (DIR/miniai) to time in the same rounds')
     p.add_argument('--json', help='write the raw timings here')
     args = p.parse_args()
     warnings.filterwarnings('ignore')
+    if args.threads or args.clock == 'cpu': torch.set_num_threads(args.threads or 1)
+    if args.clock == 'cpu':
+        global clock
+        clock = _timing.clock = time.thread_time      # what `interleaved` and `fit_once` time with
     dls = fashion_dls(1024)
     x, _ = next(iter(dls.train))
     with fused_kernel(True): Recorder().record(torch.ones(100))   # the compiled loops ready (compiled or loaded) before any timing
-    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    t = per_call(x, args.rounds)
+    print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {args.clock} clock; load average {os.getloadavg()[0]:.1f} at the start")
+    t = per_call(x, args.rounds, load_baseline(args.baseline) if args.baseline else None)
     base = t['no hooks']
-    added = {n: statistics.median(a - b for a, b in zip(t[n], base)) for n in PER_CALL[1:]}
+    names = [n for n in t if n != 'no hooks']
+    added = {n: statistics.median(a - b for a, b in zip(t[n], base)) for n in names}
     floor = {'ActivationStats': 'one read (floor)', 'course hooks': 'one read (floor)', 'StatisticsConfig': 'one read in+out'}
+    floor.update({f'{n} (baseline)': floor[n] for n in ('ActivationStats', 'StatisticsConfig')})
     print(f"\nPer forward, {args.rounds} shuffled rounds (no-hook forward {statistics.median(base)*1e3:.2f} ms):")
     print("| what the hooks on five convs add to one forward | ms | multiple of one read |")
     print("|---|---|---|")
-    for n in PER_CALL[1:]:
+    for n in names:
         mult = f"**{added[n] / added[floor[n]]:.1f}x** ({'outputs' if floor[n] == 'one read (floor)' else 'inputs and outputs'})" if n in floor else '1'
         print(f"| {n} | {added[n]*1e3:.3f} | {mult} |")
     res = dict(per_call=t)
@@ -186,6 +215,7 @@ def main():
     if args.cold:
         plain, first = cold_start()
         print(f"\ncold start (empty numba cache): plain step {plain*1e3:.0f} ms, first hooked step {first*1e3:.0f} ms ({first/plain:.2f}x)")
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end (other jobs beside this one make every figure noisier)")
     if args.json: json.dump(res, open(args.json, 'w'))
 
 if __name__ == '__main__': main()

@@ -14,6 +14,7 @@ import fastcore.all as fc
 from .datasets import *
 from .learner import *
 from .kernel import *
+from .kernel import row_moments
 from .hooks import *
 from .hooks import default_layers
 from .hooks import HookFn, tensor_items, skip_reason, other_names
@@ -23,8 +24,8 @@ from .findings import finding
 from .core import check_arg
 
 # %% auto #0
-__all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
-           'HooksCallback']
+__all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'save', 'load', 'compare',
+           'Hook', 'Hooks', 'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #291ec613
 _all_ = ['Hook', 'Hooks', 'HooksCallback']
@@ -68,10 +69,14 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
-def _check_stats_args(bins, hi):
+def _check_stats_args(bins, hi, per_channel=False):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
     check_arg(bins, 'bins', 'ActivationStats', lo=1)
-    check_arg(hi, 'hi', 'ActivationStats', kind='real', lo=0, lo_open=True, note='the top of the |x| histogram')
+    if not (isinstance(hi, str) and hi == 'auto'):
+        if isinstance(hi, str): raise ValueError(f"ActivationStats: `hi` is the top of the |x| histogram, a number > 0 or 'auto', got {hi!r}")
+        check_arg(hi, 'hi', 'ActivationStats', kind='real', lo=0, lo_open=True, note="the top of the |x| histogram, or 'auto'")
+    if not isinstance(per_channel, (bool, int)):
+        raise TypeError(f"ActivationStats: `per_channel` is True (channels on dim 1), False or the channel dim (an int), got {type(per_channel).__name__}")
 
 _FEW_LAYERS = 10   # up to this many layers the plots draw as the lesson's; more get a grid, colours and a legend that stay readable
 
@@ -101,9 +106,16 @@ class _StatsHook(Hook):
     def __init__(self, m, f, name=None, owner=None, **kwargs):
         super().__init__(m, f, name=name, **kwargs)
         self._owner = owner
+        o = owner()
+        if o is not None and o.param_grads:    # the layer's own parameters' `.grad`, after each backward (read, never written)
+            self._param_hooks = [p.register_post_accumulate_grad_hook(HookFn(partial(o._param_grad, self.name, pn)))
+                                 for pn, p in m.named_parameters(recurse=False) if p.requires_grad]
+    def remove(self):
+        for h in self.__dict__.pop('_param_hooks', ()): h.remove()
+        super().remove()
     @property
     def recorders(self):
-        "{output key: `Recorder`} of this layer's training forwards ('0', '1'... and 'grad.0'... with `grads`)."
+        "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."
         return self._owner().recorders['train'].get(self.name, {})
     @property
     def stats(self):
@@ -113,15 +125,34 @@ class _StatsHook(Hook):
 
 _PHASES = ('train', 'valid')
 
+def _param_key(pname, grad=False): return ('grad.param.' if grad else 'param.') + pname
+_NOT_OUTPUTS = ('grad.', 'param.')   # the keys of gradient and parameter streams: every other key is an output
+def _is_output(key): return not key.startswith(_NOT_OUTPUTS)
+
+def _check_same_ranges(recs, group):
+    "Refuse, before anything is merged, to merge recorders whose histogram ranges (`hi='auto'`: chosen by each rank from its own first batch) differ between ranks."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return
+    his = [float(r.hi) for r in recs]
+    got = [None] * dist.get_world_size(group)
+    dist.all_gather_object(got, his, group=group)
+    if any(g != his for g in got):
+        raise ValueError("all_reduce: with hi='auto' each rank chose its histogram ranges from its own first batch, and they differ "
+                         "between ranks, so their bins cannot be added: record with a fixed `hi` (a number) to merge ranks")
+
 @other_names
 class ActivationStats(HooksCallback):
     "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch, and on validation batches in series of their own with `on_valid`."
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
-                 on_train=True, on_valid=False):
-        _check_stats_args(bins, hi)
+                 on_train=True, on_valid=False, *, weights=False, param_grads=False, per_channel=False):
+        "`hi='auto'`: each series' histogram top chosen from its first batch (the 99.9th percentile of |x| rounded up to 1, 2 or 5 x 10^k), and `diagnose` judges stds against the layer's own scale. `weights`, `param_grads`: record each hooked layer's own parameters, and their `.grad` after backward. `per_channel`: exact per-channel statistics of the outputs, channels on dim 1 (`True`) or on the dim given."
+        _check_stats_args(bins, hi, per_channel)
         super().__init__(None, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=partial(_StatsHook, owner=weakref.ref(self)))
         self.exact, self.grads, self.bins, self.hi, self.sample = exact, grads, bins, hi, sample
-        self.names, self.recorders, self.skipped = [], {p: {} for p in _PHASES}, {}
+        self.weights, self.param_grads = bool(weights), bool(param_grads)
+        self.per_channel = (1 if per_channel is True else None if per_channel is False else int(per_channel))
+        self._auto = isinstance(hi, str)
+        self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
 
     def before_fit(self, learn):
         joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
@@ -133,20 +164,50 @@ class ActivationStats(HooksCallback):
         self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
         self._seeds = {n: i for i, n in enumerate(self.names)}  # each layer's sample draws, the same in both phases
         self._grads_owed = dict.fromkeys(self.names, 0)         # forwards run without grad whose recomputation hooks the gradients
+        self.channels = {p: {n: {} for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
+        self._pgrad_owed = set()                                 # (layer, parameter) whose next `.grad` belongs to a recorded forward
         for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
             if on:
                 for name, recs in self.recorders[phase].items(): self._recorder(recs, name, '0')
 
     def _recorder(self, recs, name, key):
-        "The recorder of output `key` in `recs` (layer `name`'s of one phase), made when first asked for."
+        "The recorder of output `key` in `recs` (layer `name`'s of one phase), made when first asked for (with `hi='auto'` its `hi` is set at its first batch)."
         rec = recs.get(key)
-        if rec is None: rec = recs[key] = Recorder(bins=self.bins, hi=self.hi, sample=self.sample, exact=self.exact, minmax=False, seed=self._seeds[name])
+        if rec is None:
+            rec = recs[key] = Recorder(bins=self.bins, hi=10. if self._auto else self.hi, sample=self.sample, exact=self.exact, minmax=False,
+                                       zeros=key.startswith('grad.param.'), seed=self._seeds[name])
         return rec
+
+    def _first_hi(self, name, key, phase, t):
+        "With `hi='auto'`, the range of a series at its first batch `t`: a validation series takes its training twin's, when it has one, so that the two compare bin by bin."
+        twin = self.recorders['train'][name].get(key) if phase == 'valid' else None
+        return twin.hi if twin is not None and twin.n_batches else _auto_hi(t)
+
+    def _record_fn(self, rec):
+        "What records a tensor into `rec`: its `record`, after choosing its `hi` from the first tensor when `hi='auto'`."
+        return rec.record if not self._auto else partial(_record_auto, rec)
+
+    def _param_grad(self, name, pname, p):
+        "A hooked layer's parameter `p` after backward accumulated its `.grad`: recorded (read only) when a recorded training forward owes it."
+        if (name, pname) not in self._pgrad_owed: return
+        self._pgrad_owed.discard((name, pname))
+        g = p.grad
+        if g is None or not (g.is_floating_point() and g.numel()) or g.is_sparse: return
+        recs = self.recorders['train'].get(name)
+        if recs is not None: self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(g)
+
+    def _record_params(self, mod, name, recs, training):
+        "The layer's own parameters (values as the forward sees them), and, in a training forward with grad, their next `.grad` owed."
+        for pn, p in mod.named_parameters(recurse=False):
+            if not (p.is_floating_point() and p.numel()): continue
+            if self.weights: self._record_fn(self._recorder(recs, name, _param_key(pn)))(p)
+            if self.param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
 
     def hook(self, hook, mod, inp, outp):
         "Record mean, std and |x| histogram of every float tensor in `outp` (and of its gradient, with `grads`) in the recorders of `hook`'s layer, for this phase."
         name = hook.name
-        recs = self.recorders['train' if self._training else 'valid'][name]
+        phase = 'train' if self._training else 'valid'
+        recs = self.recorders[phase][name]
         items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
         if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
         grads = self.grads and torch.is_grad_enabled()
@@ -154,20 +215,36 @@ class ActivationStats(HooksCallback):
             if not (t.is_floating_point() and t.numel()): self.skipped[name][key] = skip_reason(t); continue
             rec = recs.get(key)
             if rec is None: rec = self._recorder(recs, name, key)
+            if self._auto and not rec.n_batches: rec.hi = self._first_hi(name, key, phase, t)
             rec.record(t)
-            if grads and t.requires_grad: t.register_hook(HookFn(self._recorder(recs, name, 'grad.' + key).record))   # nothing while paused
-        if self.grads and self._training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
+            if grads and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))   # nothing while paused
+            if self.per_channel is not None: self._record_channels(name, phase, key, t)
+        if self.weights or self.param_grads: self._record_params(mod, name, recs, self._training)
+        if (self.grads or self.param_grads) and self._training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
             self._grads_owed[name] += 1                                      # its recomputation in backward hooks the gradients
 
     def recompute(self, hook, mod, inp, outp):
-        "A checkpoint's recomputation (during backward) of a training forward recorded without grad: hook only the gradients of `outp`, so that they are recorded once per backward."
+        "A checkpoint's recomputation (during backward) of a training forward recorded without grad: hook only the gradients of `outp` (and owe the parameters' `.grad`, with `param_grads`), so that they are recorded once per backward."
         name = hook.name
         if not self._grads_owed.get(name): return     # that forward hooked its gradients itself (`use_reentrant=False`)
         if not torch.is_grad_enabled(): return         # a nested checkpoint's forward, again without grad: its own recomputation hooks them
         self._grads_owed[name] -= 1
         recs = self.recorders['train'][name]
+        if self.param_grads:       # the parameters' `.grad` of this backward belongs to that recorded forward
+            self._pgrad_owed.update((name, pn) for pn, p in mod.named_parameters(recurse=False) if p.requires_grad)
+        if not self.grads: return
         for key, t in tensor_items(outp):
-            if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._recorder(recs, name, 'grad.' + key).record))
+            if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))
+
+    def _record_channels(self, name, phase, key, t):
+        "Per-channel statistics of output `key` of layer `name` (skipped, with why, when `t` has no channel dim `per_channel`)."
+        d = self.per_channel
+        if not -t.ndim <= d < t.ndim or t.ndim < 2:
+            self.skipped[name][f'channels.{key}'] = f'shape {tuple(t.shape)} has no channel dim {d} beside others'; return
+        chans = self.channels[phase][name]
+        cs = chans.get(key)
+        if cs is None: cs = chans[key] = _ChannelStats(d)
+        cs.record(t)
 
     def series(self, phase='train'):
         "{layer name: `Recorder` of its first output} for the layers that recorded something in `phase`: 'train', or 'valid' (the evaluation-mode forwards that `on_valid` records)."
@@ -175,13 +252,21 @@ class ActivationStats(HooksCallback):
         res = {}
         for name, recs in self.recorders[phase].items():
             for key, rec in recs.items():
-                if rec.n_batches and not key.startswith('grad.'): res[name] = rec; break
+                if rec.n_batches and not key.startswith(_NOT_OUTPUTS): res[name] = rec; break
         return res
+
+    def params(self, phase='train', grads=False):
+        "{'layer.parameter': `Recorder`} of the hooked layers' own parameters that recorded something in `phase` (`weights=True`), or of their `.grad` after each backward (`grads=True`, needs `param_grads=True`; training only)."
+        if phase not in _PHASES: raise ValueError(f"params: `phase` is 'train' or 'valid', got {phase!r}")
+        pre = 'grad.param.' if grads else 'param.'
+        return {f'{name}.{k[len(pre):]}': rec for name, recs in self.recorders[phase].items()
+                for k, rec in recs.items() if k.startswith(pre) and rec.n_batches}
 
     def all_reduce(self, group=None):
         "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Returns how many were merged (0 when not distributed)."
         from miniai.kernel import sync_recorders
         recs = [recs[k] for phase in _PHASES for recs in self.recorders[phase].values() for k in sorted(recs)]
+        if self._auto: _check_same_ranges(recs, group)
         return sync_recorders(recs, group)
 
     def _plotted(self, phase):
@@ -221,6 +306,7 @@ class ActivationStats(HooksCallback):
         scale = dict(vmin=0., vmax=math.log1p(max(float(rec.hists.max()) for rec in series.values())) or 1.) if many else {}
         for ax, rec in zip(axes.flat, series.values()):
             img = show_image(rec.hists.t().float().log1p(), ax, origin='lower', noframe=False, aspect='auto', **scale).images[0]
+            if self._auto: ax.set_yticks([-0.5, self.bins - 0.5], ['0', f'{rec.hi:g}'])   # each layer's own range: its bottom and top edges
         if many: fig.colorbar(img, ax=axes.ravel().tolist(), shrink=0.6, label='log1p(count)')
         self._finish_fig(fig, axes, list(series), note, 'batch', '|activation| bin')
 
@@ -230,7 +316,9 @@ class ActivationStats(HooksCallback):
         fig, axes = self._grid(len(series), figsize)
         for ax, rec in zip(axes.flat, series.values()):
             ax.plot(rec.dead.nan_to_num(0.).float()); ax.set_ylim(0, 1)
-        self._finish_fig(fig, axes, list(series), note, 'batch', f'fraction |x| < {self.hi / self.bins:g}')
+            if self._auto: ax.text(0.98, 0.95, f'|x| < {rec.hi / self.bins:g}', transform=ax.transAxes, ha='right', va='top', fontsize=7)
+        ylabel = 'fraction |x| < hi/bins (per layer)' if self._auto else f'fraction |x| < {self.hi / self.bins:g}'
+        self._finish_fig(fig, axes, list(series), note, 'batch', ylabel)
 
     def plot_stats(self, figsize=(10, 4), grads=None, phase='train'):
         "Draw (and keep as `self.fig`) means and standard deviations per batch for every layer (and of their gradients when recorded)."
@@ -263,17 +351,33 @@ def _flag(f):
 
 def _streams(recs):
     "The output streams (key, `Recorder`) of one layer that recorded something, first output first; gradients left out."
-    return [(k, r) for k, r in recs.items() if r.n_batches and not k.startswith('grad.')]
+    return [(k, r) for k, r in recs.items() if r.n_batches and _is_output(k)]
 
-def _row(layer, rec, tail, th):
-    "The row of `diagnose` for one output stream `rec`, over the last `tail` of its batches."
+def _scale(stds, k):
+    "A layer's own scale, for a relative diagnosis: its largest std before the last `k` batches (all of them when none is before), and its first batch's std (NaN where unknown)."
+    ok = stds[~stds.isnan()]
+    if not len(ok): return math.nan, math.nan
+    before = stds[:-k][~stds[:-k].isnan()]
+    return (before if len(before) else ok).max().item(), ok[0].item()
+
+def _row(layer, rec, tail, th, relative=False, param=None):
+    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches: an output (its std judged against the layer's own scale when `relative`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
     k = max(1, int(round(len(rec) * tail)))
-    has = rec.moments.count[-k:] > 0      # batches with finite values
+    m = rec.moments
+    has = m.count[-k:] > 0                # batches with finite values
     def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
     bad = rec.nonfinite
     row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
-    total = int((rec.moments.count + bad).sum())
-    found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total, thresholds=th)
+    total = int((m.count + bad).sum())
+    if param is not None:
+        row['dead'] = row['saturated'] = math.nan       # a histogram's bins say nothing about a weight
+        found = judge(layer, nonfinite=row['nonfinite'], total=total, thresholds=th)
+        n, z = int(m.count[-k:].sum()), m.zeros[-k:].sum().item()
+        if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
+    else:
+        peak, first = _scale(rec.stds, k) if relative else (None, None)
+        found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total,
+                      thresholds=th, peak_std=peak, first_std=first)
     if row['nonfinite']:      # where it starts: the first recorded batch with a NaN or Inf
         batch = int(bad.nonzero()[0, 0])
         for f in found:
@@ -281,8 +385,10 @@ def _row(layer, rec, tail, th):
     return row, found
 
 @fc.patch
-def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', **limits):
-    "One row per layer and output stream over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give."
+def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', relative=None, **limits):
+    "One row per layer and output stream (and recorded parameter) over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give. `relative` (default: with `hi='auto'`) judges each std against the layer's own scale."
+    if relative is None: relative = self._auto
+    if not isinstance(relative, bool): raise TypeError(f"diagnose: `relative` is True, False or None (True with hi='auto'), got {relative!r}")
     if isinstance(tail, bool) or not isinstance(tail, numbers.Real) or not 0 < tail <= 1:   # NaN fails `0 < tail` too
         raise ValueError(f"diagnose: `tail` is the fraction of the recorded batches to read, from the last, in (0, 1] (0.1: the last tenth), got {tail!r}")
     if phase not in _PHASES: raise ValueError(f"diagnose: `phase` is 'train' or 'valid', got {phase!r}")
@@ -295,7 +401,13 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
             found = [finding(name, 'not recorded', None, None)]
             found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
             streams = [(None, (row, found))]
-        else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th)) for i, (key, rec) in enumerate(streams)]
+        else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
+        recs = self.recorders[phase].get(name, {})
+        pnames = [k[6:] for k in recs if k.startswith('param.')] + [k[11:] for k in recs if k.startswith('grad.param.')]
+        for pn in dict.fromkeys(pnames):   # the layer's parameters (`weights`), each followed by its gradient (`param_grads`)
+            for key, label, kind in ((f'param.{pn}', f'{name}.{pn}', 'value'), (f'grad.param.{pn}', f'{name}.{pn}.grad', 'grad')):
+                rec = recs.get(key)
+                if rec is not None and rec.n_batches: streams.append((key, _row(label, rec, tail, th, param=kind)))
         for key, (row, found) in streams:
             row['output'], row['findings'] = key, found
             row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
@@ -309,10 +421,77 @@ def format_diagnosis(rows):
     "The rows of `diagnose` as a fixed-width text table; the layer column is as wide as the longest name (at least 14). A last line says where the first NaN/Inf appeared, when one did."
     w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
     lines = [f"{'layer':<{w}}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
-    def num(v): return f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
+    def num(v): return f'{v:.3g}' if abs(v) >= 1e5 or 0 < abs(v) < 5e-4 else f'{v:.3f}'   # tiny ones (a gradient's) keep 3 digits
     for r in rows:
         lines.append(f"{str(r['layer']):<{w}}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
                      f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
     first = next((f for r in rows for f in r.get('findings', ()) if f.get('first')), None)
     if first is not None: lines.append(f"first NaN/Inf: layer {first['layer']}, batch {first['batch']} (of the recorded batches, from 0)")
     return '\n'.join(lines)
+
+# %% ../nbs/10_activations.ipynb #72c07230
+@fc.patch
+def save(self:ActivationStats, path):
+    "Write these statistics to folder `path` (`meta.json` and `recorders.npz`, see `miniai.compare.save_stats`); returns its path."
+    from miniai.compare import save_stats
+    return save_stats(self, path)
+
+@fc.patch(cls_method=True)
+def load(cls:ActivationStats, path):
+    "The `ActivationStats` saved in folder `path`, with the same numbers, plots and `diagnose` (see `miniai.compare.load_stats`)."
+    from miniai.compare import load_stats
+    return load_stats(path)
+
+@fc.patch
+def compare(self:ActivationStats, other, phase='train', layers=None, labels=('A', 'B')):
+    "Per layer and stream, how `other` (an `ActivationStats` or a saved folder) differs from these statistics over their common batches (see `miniai.compare.compare_stats`)."
+    from miniai.compare import compare_stats
+    return compare_stats(self, other, phase=phase, layers=layers, labels=labels)
+
+# %% ../nbs/10_activations.ipynb #0f46d6b5
+def _nice_ceil(v):
+    "The smallest 1, 2 or 5 times a power of ten at or above `v` > 0 (the double nearest that decimal)."
+    e = math.floor(math.log10(v)) - 1
+    while True:
+        for m in (1, 2, 5):
+            c = float(f'{m}e{e}')
+            if c >= v: return c
+        e += 1
+
+def _auto_hi(x, q=0.999):
+    "The top of an |x| histogram chosen from tensor `x`: its `q`-th quantile of the finite |x| (the `ceil(q*n)`-th smallest, an exact order statistic), rounded up to 1, 2 or 5 times a power of ten; 1.0 when `x` has no finite non-zero value. One host read."
+    a = x.detach()
+    a = (a.float() if a.dtype in (torch.float16, torch.bfloat16) else a).abs().flatten()   # a new tensor: `x` is only read
+    a = a[torch.isfinite(a)]
+    if not a.numel(): return 1.
+    v = a.kthvalue(max(1, math.ceil(q * a.numel()))).values.item()
+    if v == 0: v = a.max().item()
+    return _nice_ceil(v) if v > 0 else 1.
+
+def _record_auto(rec, t):
+    "Record `t` into `rec`, choosing `rec.hi` from `t` first when `rec` has recorded nothing yet."
+    if not rec.n_batches: rec.hi = _auto_hi(t)
+    rec.record(t)
+
+# %% ../nbs/10_activations.ipynb #b91d782c
+class _ChannelStats:
+    "Exact per-channel statistics of one output stream: one `Moments` row per channel and batch (float64, on the device until read)."
+    def __init__(self, dim): self.dim, self._rows = dim, []
+    def record(self, t):
+        a = t.detach().movedim(self.dim, 0)
+        self._rows.append(row_moments(a.reshape(a.shape[0], -1), zeros=False, ranges=False).t)   # a copy when not contiguous; `t` only read
+    def __len__(self): return len(self._rows)
+    @property
+    def moments(self):
+        "`Moments` shaped `[batches, channels]`, on the host."
+        return Moments(torch.stack(self._rows).cpu()) if self._rows else Moments.empty(0, 0)
+    @property
+    def means(self):
+        "`[batches, channels]` float64 means of each channel's finite values (NaN without any)."
+        m = self.moments
+        return torch.where(m.count > 0, m.mean, math.nan)
+    @property
+    def stds(self):
+        "`[batches, channels]` float64 unbiased stds of each channel's finite values (NaN with fewer than two)."
+        return self.moments.std
+    def __repr__(self): return f"per-channel stats (dim {self.dim}): {len(self)} batches"

@@ -219,14 +219,64 @@ class FeatureMapDebugger(ForwardDebugger):
         explain_nonfinite(res.get('stats'), self.layer)
         return res
 
+# %% ../nbs/10c_debuggers.ipynb #0371d06f
+def _mask_error(msg): return ValueError(f'AttentionDebugger: mask {msg}')
+
+def check_mask(mask):
+    "`mask` if it can say which keys each query may attend: None, or a bool or integer tensor, True (nonzero) where a key is allowed."
+    if mask is None: return None
+    if not isinstance(mask, torch.Tensor) or mask.is_floating_point() or mask.is_complex():
+        got = f'a {mask.dtype} tensor' if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise TypeError(f"AttentionDebugger: mask must be None or a bool or integer tensor, True (1) where a key may be attended, as transformers' "
+                        f"attention_mask; for nn.MultiheadAttention's key_padding_mask or a bool attn_mask (True: masked) pass ~mask; got {got}")
+    return mask
+
+def allowed_keys(weights, mask=None):
+    "Bool tensor shaped like `weights`: the keys each row may attend, those of `mask` (a (batch, keys) or (batch, queries, keys) mask, or one that broadcasts against `weights`) or, without one, those with a weight > 0."
+    if mask is None: return weights > 0
+    m = mask.to(weights.device, non_blocking=True) != 0
+    if m.ndim == 2 and weights.ndim > 2:                       # (batch, keys): transformers' attention_mask, torch's key_padding_mask
+        if m.shape[0] not in (1, weights.shape[0]) or m.shape[1] != weights.shape[-1]:
+            raise _mask_error(f'of shape {list(m.shape)} is not (batch, keys) for attention weights of shape {list(weights.shape)}')
+        m = m.reshape(m.shape[0], *[1] * (weights.ndim - 2), m.shape[1])
+    elif m.ndim == 3 and weights.ndim == 4: m = m[:, None]      # (batch, queries, keys) for every head
+    try: return torch.broadcast_to(m, weights.shape)
+    except RuntimeError: raise _mask_error(f'of shape {list(m.shape)} does not broadcast against attention weights of shape {list(weights.shape)}') from None
+
+def attention_stats(weights, mask=None, eps=1e-8):
+    "Row entropies of `weights` (..., queries, keys) as device tensors: their mean, the mean entropy normalised by log(allowed keys) (see `allowed_keys`) over the rows with a choice (without `mask`, a row with one key > 0 reads 0), per head for 4-d weights."
+    allowed = allowed_keys(weights, mask)
+    row_entropy = -(weights * (weights + eps).log()).sum(-1)
+    finite = weights.isfinite().all(-1)
+    n_allowed = allowed.sum(-1)
+    choice = finite & (n_allowed >= (1 if mask is None else 2))  # with a mask, a row with one allowed key has nothing to choose: left out
+    normalised = torch.where(choice & (n_allowed >= 2), row_entropy / n_allowed.clamp(min=2).log(), 0.)   # one key > 0: one-hot, 0
+    stats = {'entropy': row_entropy.mean(), 'max_attention': weights.max(), 'max_entropy': math.log(weights.shape[-1]),
+             'normalized_entropy': normalised.sum() / choice.sum(), 'allowed_keys': torch.where(finite, n_allowed, 0).sum() / finite.sum(),
+             'rows_without_choice': (~choice).sum(),
+             'attention_distribution': weights.mean(0) if weights.ndim > 1 else weights}
+    if mask is not None:   # weight the mask says a row may not give: 0 when it matches the weights
+        stats['masked_weight'] = torch.where(finite & (n_allowed > 0), (weights * ~allowed).sum(-1), 0.).max()
+    if weights.ndim == 4:                                        # (batch, heads, queries, keys)
+        stats['entropy_per_head'] = row_entropy.mean((0, 2))
+        stats['normalized_entropy_per_head'] = normalised.sum((0, 2)) / choice.sum((0, 2))
+        stats['max_attention_per_head'] = torch.where(weights.isfinite(), weights, 0.).amax((0, 2, 3))
+    return stats
+
+
 # %% ../nbs/10c_debuggers.ipynb #95376f18
 @other_names
 class AttentionDebugger(ForwardDebugger):
-    "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its mean row entropy, max weight and mean distribution."
-    def __init__(self, layer, weights_index=1, eps=1e-8):
+    "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its row entropy (mean, normalised by the allowed keys of `mask`, per head), max weight and mean distribution."
+    def __init__(self, layer, weights_index=1, eps=1e-8, mask=None):
         super().__init__(layer)
         self.weights_index = _check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
         self.eps = _check_real('AttentionDebugger', 'eps', eps, positive=True)
+        self.mask = mask
+    @property
+    def mask(self): return self._mask
+    @mask.setter
+    def mask(self, mask): self._mask = check_mask(mask)
     def process_forward(self, module, input, output):
         attn = output
         if isinstance(output, (tuple, list)):
@@ -236,16 +286,51 @@ class AttentionDebugger(ForwardDebugger):
                                  'call it with need_weights=True'}
         if (err := output_error(attn, 'Attention weights')): return err
         weights = as_float(attn)
-        row_entropy = -(weights * (weights + self.eps).log()).sum(-1)
-        stats = {'entropy': row_entropy.mean(), 'max_attention': weights.max(), 'max_entropy': math.log(weights.shape[-1]),
-                 'attention_distribution': weights.mean(0) if weights.ndim > 1 else weights}
-        if weights.ndim == 4: stats['entropy_per_head'] = row_entropy.mean((0, 2))   # (batch, heads, queries, keys)
-        return {'attention_map': weights.clone(), 'attention_stats': stats, 'layer_name': self.layer}
+        return {'attention_map': weights.clone(), 'attention_stats': attention_stats(weights, self.mask, self.eps), 'layer_name': self.layer}
     def to_host(self, results):
-        "Entropies and the max weight as Python floats (per head: a list), the map and the mean distribution as CPU tensors."
+        "Entropies and max weights as Python floats (per head: lists), the map and the mean distribution as CPU tensors; a `warning` when `mask` disagrees with the weights."
         res = super().to_host(results)
-        as_lists(res.get('attention_stats'), 'entropy_per_head')
+        st = as_lists(res.get('attention_stats'), 'entropy_per_head', 'normalized_entropy_per_head', 'max_attention_per_head')
+        if isinstance(st, dict) and st.get('masked_weight', 0) > 1e-3:
+            res['warning'] = (f"AttentionDebugger({self.layer!r}): rows give up to {st['masked_weight']:.3g} of their weight to keys that mask= excludes: "
+                              "mask= must be True (1) where a key may be attended; an inverted mask (key_padding_mask) reads ~mask")
         return res
+    def __repr__(self): return f'{type(self).__name__}({self.layer!r}' + (', mask=...)' if self.mask is not None else ')')
+
+# %% ../nbs/10c_debuggers.ipynb #91c70dd3
+@patch
+def plot(self:AttentionDebugger, results, item=0, heads=None, imsize=2.2, axs=None):
+    "Draw the attention map of batch item `item` for each head (or the `heads` listed), queries down and keys across, on one colour scale with keys not allowed (see `allowed_keys`) in grey; titles give each head's normalised entropy and max weight over the batch. Returns the axes."
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+    if not isinstance(results, Mapping) or 'attention_map' not in results:
+        why = results.get('error') if isinstance(results, Mapping) else None
+        raise ValueError(f'AttentionDebugger.plot: results must be what this debugger returned, with an attention_map' + (f'; they hold an error: {why}' if why else f', got {type(results).__name__}'))
+    w = torch.as_tensor(results['attention_map']).float().cpu()
+    if w.ndim < 4: w = w[:, None] if w.ndim == 3 else w.reshape(*([1] * (4 - w.ndim)), *w.shape)   # heads averaged: one map
+    if not (_is_int(item) and 0 <= item < w.shape[0]): raise ValueError(f'AttentionDebugger.plot: item must be an int in [0, {w.shape[0]}), the batch item to draw, got {item!r}')
+    heads = list(range(w.shape[1])) if heads is None else list(heads)
+    if not heads or not all(_is_int(h) and 0 <= h < w.shape[1] for h in heads):
+        raise ValueError(f'AttentionDebugger.plot: heads must be None (all) or indices in [0, {w.shape[1]}), got {heads!r}')
+    mask = self.mask
+    allowed = allowed_keys(w, mask if mask is None or mask.ndim != 2 or mask.shape[0] in (1, w.shape[0]) else None)
+    st = results.get('attention_stats', {})
+    per_head = st.get('normalized_entropy_per_head') or [st.get('normalized_entropy', math.nan)]
+    max_head = st.get('max_attention_per_head') or [st.get('max_attention', math.nan)]
+    if axs is None: _, axs = plt.subplots(1, len(heads), figsize=(imsize * len(heads) + 0.8, imsize), squeeze=False)
+    axs = np.asarray(axs).reshape(-1)
+    if len(axs) < len(heads): raise ValueError(f'AttentionDebugger.plot: {len(heads)} heads need {len(heads)} axes, got {len(axs)}')
+    cmap = plt.get_cmap('viridis').with_extremes(bad='0.8')
+    vmax = float(w[item, heads].nan_to_num(0).max()) or 1.
+    for ax, h in zip(axs, heads):
+        im = ax.imshow(np.ma.masked_array(w[item, h].numpy(), ~allowed[item, h].numpy()), cmap=cmap, vmin=0, vmax=vmax)
+        label = f'head {h}' if w.shape[1] > 1 else self.layer
+        ax.set_title(f'{label}\nH/Hmax {per_head[min(h, len(per_head)-1)]:.2f}, max {max_head[min(h, len(max_head)-1)]:.2f}', fontsize=8)
+        ax.set_xlabel('key', fontsize=8); ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(MaxNLocator(4, integer=True)); ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))
+    axs[0].set_ylabel('query', fontsize=8)
+    ax.figure.colorbar(im, ax=list(axs[:len(heads)]), fraction=0.02, pad=0.02, label='weight')
+    return axs
 
 # %% ../nbs/10c_debuggers.ipynb #8b5efbf9
 def channel_dims(x):

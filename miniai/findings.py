@@ -26,6 +26,8 @@ class Thresholds:
     narrow_range: float|None = None      # run-wide: max - min below it
     skewed: float|None = None            # run-wide: |mean| above `skewed` times the std
     clipped: float|None = None           # run-wide: the `clipped`-th percentile (0..100) equals the max
+    vanishing_ratio: float|None = 0.1    # relative (a layer judged at its own scale): std below this fraction of its peak std
+    exploding_ratio: float|None = 100.   # relative: std above this many times its first batch's std
 
     def __post_init__(self):
         for name in ('sat_low', 'sat_high'):
@@ -41,6 +43,12 @@ class Thresholds:
         for name in ('vanishing_std', 'exploding_std'):
             v = getattr(self, name)
             if v == 0: raise ValueError(f"Thresholds: `{name}` is a std, above 0 (None: no check), got {v!r}")
+        for name in ('vanishing_ratio', 'exploding_ratio'):
+            v = getattr(self, name)
+            if v == 0: raise ValueError(f"Thresholds: `{name}` is a ratio of stds, above 0 (None: no check), got {v!r}")
+        lo, hi = self.vanishing_ratio, self.exploding_ratio
+        if lo is not None and hi is not None and lo >= hi:
+            raise ValueError(f"Thresholds: `vanishing_ratio` ({lo!r}) must be below `exploding_ratio` ({hi!r})")
         for name in ('dead', 'sparse', 'saturated'):
             v = getattr(self, name)
             if v is not None and v > 1: raise ValueError(f"Thresholds: `{name}` is a fraction, at most 1, got {v!r}")
@@ -69,9 +77,16 @@ _SENTENCES = {
     'narrow range': "{layer} has a very narrow range: max - min is {value:.3g} (< {threshold})",
     'skewed': "{layer} is skewed: |mean| is {value:.3g} times its std (> {threshold})",
     'clipped': "{layer} looks clipped: its {measure} {value:.3g} equals its max",
+    'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
     'skipped': "{layer}: output {output} was skipped: {value}",
     'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled"}
+
+# a std judged against the layer's own scale (`judge`'s `peak_std`, `first_std`): the sentence names the reference
+_RELATIVE = {
+    'vanishing': "{layer} is vanishing: its std {value:.3g} is below {ratio:g} x its peak std {reference:.3g}",
+    'exploding': "{layer} is exploding: its std {value:.3g} is above {ratio:g} x its first batch's std {reference:.3g}"}
+
 
 # %% ../nbs/09e_findings.ipynb #af82ed75
 def finding(layer, issue, value, threshold, measure=None, **more):
@@ -83,7 +98,8 @@ def format_finding(f):
     "The sentence for finding `f`."
     total, value = f.get('total'), f['value']
     finite = total - value if isinstance(total, int) and isinstance(value, int) else None
-    return _SENTENCES[f['issue']].format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    text = _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']]
+    return text.format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
 
 # %% ../nbs/09e_findings.ipynb #70586877
 def _known(v): return v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -100,16 +116,26 @@ def _check_measures(std, fractions):
             if v < 0: raise ValueError(f"judge: `std` must be >= 0 (None or NaN: not measured), got {given!r}")
         elif not 0 <= v <= 1: raise ValueError(f"judge: `{name}` is a fraction in [0, 1] (None or NaN: not measured), got {given!r}")
 
-def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, total=None, thresholds=THRESHOLDS):
-    "The findings (see `finding`) for a layer with these statistics: `dead`, `sparse` and `saturated` are fractions, `nonfinite` of `total` values were NaN/Inf."
+def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, total=None, thresholds=THRESHOLDS, peak_std=None, first_std=None):
+    "The findings (see `finding`) for a layer with these statistics: `dead`, `sparse` and `saturated` are fractions, `nonfinite` of `total` values were NaN/Inf. Given `peak_std` or `first_std` (the layer's own scale), `std` is judged against them (`vanishing_ratio`, `exploding_ratio`) instead of the absolute limits."
     _check_measures(std, dict(dead=dead, sparse=sparse, saturated=saturated))
+    relative = peak_std is not None or first_std is not None
+    for name, v in (('peak_std', peak_std), ('first_std', first_std)):
+        try: _check_measures(v, {})
+        except (TypeError, ValueError) as e: raise type(e)(str(e).replace('`std`', f'`{name}`')) from None
     if not isinstance(thresholds, Thresholds): raise TypeError(f"judge: `thresholds` must be a Thresholds, got {type(thresholds).__name__}")
     t, res = thresholds, []
     if total is not None and nonfinite and nonfinite >= total:
         return [finding(layer, 'no finite values', nonfinite, 0, measure='nonfinite', total=total)]
     if nonfinite: res.append(finding(layer, 'nonfinite values', nonfinite, 0, measure='nonfinite', total=total))
-    if _known(std) and t.vanishing_std is not None and std < t.vanishing_std: res.append(finding(layer, 'vanishing', std, t.vanishing_std, 'std'))
-    if _known(std) and t.exploding_std is not None and std > t.exploding_std: res.append(finding(layer, 'exploding', std, t.exploding_std, 'std'))
+    if relative:     # the layer's own scale: a std that fell under a fraction of its peak, or grew many times its first
+        if _known(std) and _known(peak_std) and t.vanishing_ratio is not None and std < t.vanishing_ratio * peak_std:
+            res.append(finding(layer, 'vanishing', std, t.vanishing_ratio * peak_std, 'std', ratio=t.vanishing_ratio, reference=peak_std))
+        if _known(std) and _known(first_std) and t.exploding_ratio is not None and std > t.exploding_ratio * first_std:
+            res.append(finding(layer, 'exploding', std, t.exploding_ratio * first_std, 'std', ratio=t.exploding_ratio, reference=first_std))
+    else:
+        if _known(std) and t.vanishing_std is not None and std < t.vanishing_std: res.append(finding(layer, 'vanishing', std, t.vanishing_std, 'std'))
+        if _known(std) and t.exploding_std is not None and std > t.exploding_std: res.append(finding(layer, 'exploding', std, t.exploding_std, 'std'))
     for issue, field, v in (('dead', 'dead', dead), ('sparse', 'sparse', sparse), ('saturated', 'saturated', saturated)):
         limit = getattr(t, field)
         if _known(v) and limit is not None and v > limit: res.append(finding(layer, issue, v, limit, field))

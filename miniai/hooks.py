@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/hooks.html.md"""
 
 # %% ../nbs/09b_hooks.ipynb #b5f971be
 from __future__ import annotations
-import warnings, difflib, inspect, numbers, fnmatch, weakref
+import sys, warnings, difflib, inspect, numbers, fnmatch, weakref, itertools, types
 from functools import partial, wraps
 from types import SimpleNamespace
 from collections.abc import Mapping
@@ -27,14 +27,82 @@ def _inert(*args, **kwargs):
 def _inert_hook(): return _inert
 
 class HookFn:
-    "A function for torch's hook dicts that the model's copy and saved file drop: `copy.deepcopy(model)` and `torch.save(model)` see `_inert`, so a hooked model copies and saves, and its copy records nothing. Inside `paused_recording()` it does nothing either."
-    __slots__ = ('f',)
-    def __init__(self, f): self.f = f
+    "A function for torch's hook dicts that the model's copy and saved file drop: `copy.deepcopy(model)` and `torch.save(model)` see `_inert`, so a hooked model copies and saves, and its copy records nothing. Inside `paused_recording()` it does nothing either. Given the `module` it is registered on, code that `torch.compile` traces calls it through the `miniai::hook` op: eagerly, with real tensors, and without a graph break."
+    __slots__ = ('f', 'key', 'mod', '__weakref__')
+    def __init__(self, f, module=None):
+        self.f, self.key, self.mod = f, next(_hook_keys), None if module is None else weakref.ref(module)
+        if module is not None: _LIVE[self.key] = self
     def __call__(self, *args, **kwargs):
+        if self.mod is not None and _is_compiling(): return _traced_call(self.key, args)
         if recording_paused(): return None
         return self.f(*args, **kwargs)
     def __deepcopy__(self, memo): return _inert
     def __reduce__(self): return (_inert_hook, ())   # loads as `_inert`
+
+
+# ----- hooks inside torch.compile'd code: the graph holds one opaque op per hook call, which runs the hook eagerly
+# one registry per process, whichever copy of this code registered the op (a notebook's cell run again, a reloaded module)
+_shared = sys.modules.get('_miniai_hook_op')
+if _shared is None:
+    _shared = sys.modules['_miniai_hook_op'] = types.ModuleType('_miniai_hook_op')
+    _shared.live, _shared.keys = weakref.WeakValueDictionary(), itertools.count(1)
+_LIVE = _shared.live                    # key -> the live `HookFn` that the op of compiled code calls
+_hook_keys = _shared.keys
+_TOKEN = torch.zeros(1)                 # what the op says it writes, so that no compiler drops it as unused
+_is_compiling = getattr(torch.compiler, 'is_dynamo_compiling', torch.compiler.is_compiling)
+
+def _flat(o, prefix=''):
+    "`tensor_items`, in the few steps dynamo traces: `(key, tensor)` of a tensor, tuple, list or dict, nested keys with '.'."
+    if isinstance(o, torch.Tensor): return [(prefix or '0', o)]
+    if isinstance(o, dict): items = list(o.items())
+    elif isinstance(o, (tuple, list)): items = list(enumerate(o))
+    else: return []
+    res = []
+    for k, v in items: res += _flat(v, f'{prefix}.{k}' if prefix else str(k))
+    return res
+
+def _traced_call(key, args):
+    "What traced code runs for a hook call: the `miniai::hook` op, given the hook's key, each argument's tensors and their layout."
+    parts, ts = [], []
+    for a in args[1:]:                                   # args[0] is the module, known to the hook
+        items = _flat(a)
+        kind = 't' if isinstance(a, torch.Tensor) else 'd' if isinstance(a, dict) else f'l{len(a)}\x02' if isinstance(a, (tuple, list)) else 'n'
+        parts.append(kind + '\x00'.join(k for k, _ in items))
+        ts += [t for _, t in items]
+    torch.ops.miniai.hook(_TOKEN, key, '\x01'.join(parts), ts)
+    return None
+
+def _rebuild(part, ts):
+    "One hook argument from its layout and tensors: a tensor, a tuple as long as the one traced (None where a non-tensor was), a dict of tensors, or None."
+    kind, size = part[0], 0
+    if kind == 't': return ts[0]
+    if kind == 'n': return None
+    if kind == 'l': size, part = part[1:].split('\x02', 1); size, part = int(size), 'l' + part
+    keys = part[1:].split('\x00') if len(part) > 1 else []
+    if kind == 'l' and all(k.isdigit() for k in keys):
+        res = [None] * size
+        for k, t in zip(keys, ts): res[int(k)] = t
+        return tuple(res)
+    return dict(zip(keys, ts))
+
+def _run_hook(key, layout, ts):
+    "The op's body, run with real tensors: the live hook `key` called as torch would call it eagerly (nothing once the hook is gone). A hook that keeps a tensor copies it: compiled code may reuse its memory."
+    fn = _LIVE.get(key)
+    mod = None if fn is None else fn.mod()
+    if mod is None: return
+    args, i = [mod], 0
+    for part in layout.split('\x01'):
+        keys = part.split('\x02', 1)[1] if part[0] == 'l' else part[1:]
+        n = 1 if part[0] == 't' else 0 if part[0] == 'n' or not keys else keys.count('\x00') + 1
+        args.append(_rebuild(part, ts[i:i + n])); i += n
+    fn(*args)
+
+if hasattr(torch, 'library') and hasattr(torch.library, 'custom_op') and not hasattr(_shared, 'op'):
+    @torch.library.custom_op('miniai::hook', mutates_args=('token',))
+    def _hook_op(token: torch.Tensor, key: int, layout: str, ts: list[torch.Tensor]) -> None: _run_hook(key, layout, ts)
+    @_hook_op.register_fake
+    def _(token, key, layout, ts): return None
+    _shared.op = _hook_op
 
 _graph_task_id = getattr(torch._C, '_current_graph_task_id', lambda: -1)
 
@@ -42,24 +110,50 @@ def recomputing():
     "True while autograd's engine runs a backward in this thread: a module's forward then is gradient checkpointing's recomputation of a forward that already ran (`torch.utils.checkpoint`, either `use_reentrant`)."
     return _graph_task_id() != -1
 
+class KwInputs(tuple):
+    "A forward's positional inputs (the tuple a forward hook gets) that also holds the keyword inputs picked by `with_kwargs`, in `kwargs`: `tensor_items` gives them after the positional ones, by name."
+    def __new__(cls, args, kwargs):
+        res = super().__new__(cls, args)
+        res.kwargs = kwargs
+        return res
+    def __repr__(self): return f"KwInputs({tuple(self)!r}, kwargs={self.kwargs!r})"
+
+def _check_with_kwargs(with_kwargs, owner):
+    "`with_kwargs` as the hook reads it: None (off), True (every keyword input) or a tuple of keyword names; anything else refused, naming the argument."
+    if with_kwargs is False or with_kwargs is None: return None
+    if with_kwargs is True: return True
+    if isinstance(with_kwargs, str): with_kwargs = [with_kwargs]
+    names = tuple(with_kwargs) if isinstance(with_kwargs, (list, tuple, set, frozenset)) else None
+    if names is None or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"{owner}: `with_kwargs` is True, False or a list of keyword names (such as ['attention_mask']), got {with_kwargs!r}")
+    return names
+
 class _HookCall(HookFn):
     "The `HookFn` of a `Hook`: `f(hook, ...)` for a forward; for a checkpoint's recomputation of one, `hook.on_recompute(hook, ...)` when set, else nothing."
     __slots__ = ('hook',)
-    def __init__(self, hook, f): self.hook, self.f = hook, f
+    def __init__(self, hook, f, module=None):
+        super().__init__(f, module)
+        self.hook = hook
     def __call__(self, *args, **kwargs):
+        if self.mod is not None and _is_compiling(): return _traced_call(self.key, args)
         if recording_paused(): return None
         hook = self.hook
+        if hook._kw is not None:          # `with_kwargs`: torch gives (module, args, kwargs, output); `f` gets the picked keywords in `input`
+            mod, a, kw, out = args
+            args = (mod, KwInputs(a, {k: v for k, v in kw.items() if hook._kw is True or k in hook._kw}), out)
         if _graph_task_id() == -1: return self.f(hook, *args, **kwargs)   # not `recomputing()`, without a call on every forward
         g = hook.on_recompute
         return None if g is None else g(hook, *args, **kwargs)
 
 # %% ../nbs/09b_hooks.ipynb #hk0b2c11
 class Hook():
-    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute(hook, module, input, output)` instead, when given); remove it with `remove()` or a `with` block."
-    on_recompute = None
-    def __init__(self, m, f, name=None, on_recompute=None, **kwargs):
+    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute(hook, module, input, output)` instead, when given); remove it with `remove()` or a `with` block. With `with_kwargs` (True, or a list of names) `input` also holds the forward's keyword inputs (all, or those named) in `input.kwargs`."
+    on_recompute, _kw, hook = None, None, None
+    def __init__(self, m, f, name=None, on_recompute=None, with_kwargs=False, **kwargs):
         self.on_recompute = on_recompute
-        self.hook = m.register_forward_hook(_HookCall(self, f), **kwargs)
+        kw = _check_with_kwargs(with_kwargs, type(self).__name__)
+        if kw is not None: self._kw, kwargs['with_kwargs'] = kw, True     # else the class's None: no attribute of its own
+        self.hook = m.register_forward_hook(_HookCall(self, f, m), **kwargs)
         # the name given (the module's path in its model), else one the user set on the module, else its class
         self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
     def remove(self):
@@ -72,6 +166,7 @@ class Hook():
     def __exit__(self, *args): self.remove()
     def __del__(self): self.remove()
     def __repr__(self): return f"{type(self).__name__}({self.name}{', removed' if self.removed else ''})"
+
 
 # %% ../nbs/09b_hooks.ipynb #2626eb99
 class Hooks(list):
@@ -163,10 +258,11 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
 
 # %% ../nbs/09b_hooks.ipynb #9de5fdb1
 def tensor_items(o, prefix=''):
-    "Flatten a module output into a list of `(key, tensor)`: tuples/lists by index, dicts by key, nested with '.'."
+    "Flatten a module output into a list of `(key, tensor)`: tuples/lists by index, dicts by key, nested with '.'; a `KwInputs` gives its keyword inputs after the positional ones, by name."
     if isinstance(o, torch.Tensor): return [(prefix or '0', o)]
     res = []
-    if isinstance(o, Mapping): items = o.items()
+    if isinstance(o, KwInputs): items = list(enumerate(o)) + list(o.kwargs.items())
+    elif isinstance(o, Mapping): items = o.items()
     elif isinstance(o, (tuple, list)): items = enumerate(o)
     else: return res
     for k, v in items: res += tensor_items(v, f'{prefix}.{k}' if prefix else str(k))
@@ -218,21 +314,34 @@ class NothingRecordedWarning(UserWarning):
 class CalledTwiceWarning(UserWarning):
     "A recording ended with hooked layers that ran more than once in one recorded forward (a module the forward uses twice): their series hold one record per call."
 
-_SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, compiled (torch.compile's "
-               "code can skip the hooks, even those registered before compiling: record with the uncompiled model), or skipped")
+_SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, run inside a function compiled "
+               "by torch.compile (whose code calls no hook added after compiling; a model compiled by `torch.compile(model)` records), or skipped")
 
-def _compiled_part(model):
-    "The qualified name of the first module of `model` that `torch.compile` (or `nn.Module.compile`) wraps ('' for the model itself), or None."
+def _compiled_parts(model):
+    "`(name, module)` of the `torch.compile` wrappers in `model` (the model itself: ''); a module compiled in place (`nn.Module.compile`) refused, naming it."
+    res = []
     for n, m in model.named_modules():
-        if isinstance(getattr(m, '_orig_mod', None), nn.Module) or getattr(m, '_compiled_call_impl', None) is not None: return n
-    return None
+        if getattr(m, '_compiled_call_impl', None) is not None:
+            what = f"the model's layer {n!r}" if n else 'the model'
+            raise ValueError(f"{what} is compiled in place (`nn.Module.compile`), whose compiled code does not call hooks added after "
+                             "compiling, so nothing would be recorded: compile with `torch.compile(model)` instead (hooks attached to "
+                             "its result record), or attach (or fit) before calling `.compile()`")
+        if isinstance(getattr(m, '_orig_mod', None), nn.Module) and hasattr(m, 'dynamo_ctx'): res.append((n, m))
+    return res
+
+def _recompiled(wrapper):
+    "A forward for the `torch.compile` wrapper `wrapper` that dynamo compiles afresh (a code object of its own), so that its code calls the hooks on now; its options (backend, mode...) kept."
+    inner = torch._dynamo.external_utils.wrap_inline(wrapper._orig_mod)
+    inner.__code__ = inner.__code__.replace(co_name=f'miniai_hooked_{next(_hook_keys)}')
+    return wrapper.dynamo_ctx(inner)
 
 @other_names
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) before fit; on every `every`-th training batch and/or on validation batches each hooked layer's forward runs `hook` (by default `hookfunc(hook, module, input, output)`); remove the hooks in the cleanup stage."
-    _sessions, _driver = (), None   # see `__init__`; class defaults for a subclass that does not call it
-    def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook):
+    _sessions, _driver, _hook_kwargs = (), None, {}   # see `__init__`; class defaults for a subclass that does not call it
+    def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, with_kwargs=False):
         _check_every(every, type(self).__name__)
+        self._hook_kwargs = {} if _check_with_kwargs(with_kwargs, type(self).__name__) is None else dict(with_kwargs=with_kwargs)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks, self._calls = Hooks([], None), {}
         # the fits and `attach` blocks recording now (the first hooked the model, the others joined it), and what starts a
@@ -249,18 +358,25 @@ class HooksCallback(Callback):
     def before_fit(self, learn):
         if self._sessions: return self._join(learn)
         model = learn.model
-        part = _compiled_part(model)
-        if part is not None:   # its compiled code runs the layers without calling their hooks: every layer would record nothing
-            what = f"the model's layer {part!r} is compiled by torch.compile" if part else "the model is a torch.compile'd model"
-            raise ValueError(f"{type(self).__name__}: {what}, whose compiled code does not call the hooks of its layers, so nothing "
-                             "would be recorded: record with the uncompiled model (`model._orig_mod`), or attach (or fit) before compiling")
+        try: compiled = _compiled_parts(model)
+        except ValueError as e: raise ValueError(f"{type(self).__name__}: {e}") from None
+        if compiled and getattr(self, 'grads', False):
+            raise ValueError(f"{type(self).__name__}: `grads=True` records gradients with hooks on the output tensors, which code compiled by "
+                             "torch.compile does not call: record gradients with the uncompiled model (`model._orig_mod`), or drop `grads`")
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
         self._sessions, self._driver = [learn], 'batch'
         self._training, self._n_train, self._n_recorded = None, 0, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__,
-                                        on_recompute=self._rehookfunc) for n, m in picked)
+                                        on_recompute=self._rehookfunc, **self._hook_kwargs) for n, m in picked)
+        # a torch.compile'd model (or part): its code, compiled without these hooks, never calls them; a forward of its own, compiled
+        # afresh on its first call, calls them (through one opaque op each, no graph break); the one compiled before is back on exit
+        self._swapped = []
+        for _, w in compiled:
+            attr = '_forward' if '_forward' in vars(w) else 'forward'
+            self._swapped.append((w, attr, vars(w)[attr]))
+            vars(w)[attr] = _recompiled(w)
         # per hooked layer: its calls in all, and in the recorded forward of its last call, for the report when the recording ends
         self._calls = {h.name: SimpleNamespace(total=0, forward=0, in_forward=0, per_forward=set()) for h in self.hooks}
 
@@ -313,6 +429,8 @@ class HooksCallback(Callback):
         if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
         silent, twice = self._silent(), self._twice()
         self.hooks.remove()
+        for w, attr, fwd in reversed(getattr(self, '_swapped', ())): vars(w)[attr] = fwd
+        self._swapped = []
         self._driver = self._training = None
         self.learn = None            # so that keeping this callback does not keep the model alive
         if silent: warnings.warn(silent, NothingRecordedWarning)   # after the hooks are gone: also under a warnings filter `error`
@@ -357,8 +475,8 @@ class _Attached:
             run_cbs([cb], 'before_fit', learn)     # hooks the layers, or joins the recording of this model (refuses another)
             if len(cb._sessions) == 1 and cb._sessions[0] is learn:   # this block hooked the model: it starts each forward
                 cb._driver, cb._training = 'forward', None
-                handles = [self.model.register_forward_pre_hook(HookFn(self._set_phase)),
-                           self.model.register_forward_hook(HookFn(self._end_forward), always_call=True)]   # after the layers' hooks
+                handles = [self.model.register_forward_pre_hook(HookFn(self._set_phase, self.model)),
+                           self.model.register_forward_hook(HookFn(self._end_forward, self.model), always_call=True)]   # after the layers' hooks
         except BaseException as e:
             for h in handles: h.remove()
             run_cleanup_cbs([cb], 'cleanup_fit', learn, error=e)

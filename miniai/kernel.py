@@ -178,24 +178,26 @@ def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True, consts=No
 # fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
 _BLOCK = 4096
 
-def _block_loop(x, st, e, K, lo, hi):
-    "Σd, Σd² (d = x - K, in float64) and the counts of |x| < lo, |x| >= hi and x == 0 of block `x[st:e]`: one vectorised loop."
+def _block_loop(x, K, lo, hi, counts):
+    "Σd, Σd² (d = x - K, in float64) and, when `counts`, the counts of |x| < lo, |x| >= hi and x == 0 of block `x` (a view of one block, read from 0: a loop from an offset into the whole array did not vectorise, 4x slower)."
     one, nil = x.dtype.type(1), x.dtype.type(0)
     q = c = 0.
-    l = h = z = nil
-    for i in range(st, e):
-        v = x[i]
-        d = np.float64(v) - K
+    for i in range(x.size):             # the moments alone: float32 values and float64 sums in one loop vectorise well,
+        d = np.float64(x[i]) - K         # with the float32 counts beside them they did not (twice the time of two loops)
         q += d * d; c += d
-        a = abs(v)
-        l += one if a < lo else nil
-        h += one if a >= hi else nil
-        z += one if v == nil else nil
+    l = h = z = nil
+    if counts:                           # the block again, from the cache
+        for i in range(x.size):
+            v = x[i]
+            a = abs(v)
+            l += one if a < lo else nil
+            h += one if a >= hi else nil
+            z += one if v == nil else nil
     return c, q, l, h, z
 
-def _bits_loop(ints, uints, st, e, smin, smax, umax):
-    "The signed min and max and the unsigned max of the bits of block `[st:e]` and of `smin`, `smax`, `umax`."
-    for i in range(st, e):
+def _bits_loop(ints, uints, smin, smax, umax):
+    "The signed min and max and the unsigned max of the bits of one block (views) and of `smin`, `smax`, `umax`."
+    for i in range(ints.size):
         b = ints[i]
         smin = min(smin, b); smax = max(smax, b); umax = max(umax, uints[i])
     return smin, smax, umax
@@ -227,30 +229,35 @@ def _slow_block(x, st, e):
             q += d * d; c += d
     return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx
 
-def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out):
-    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN)."
+def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
+    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN). The values at the sorted positions `sidx` (a sketch's sample) into `g` as float64, each block's while it is in the cache."
     lo, hi = x.dtype.type(low), x.dtype.type(high)
+    counts = zeros or ranges
     n, mean, m2 = 0., 0., 0.
     K0, off = 0., 0.           # block means are merged as offsets from the first one: small numbers, merged precisely
     nan = pinf = ninf = 0
     n_low = n_high = n_zero = 0.
     smin, smax, umax = ints[0], ints[0], uints[0]
     fmn, fmx, bits = np.inf, -np.inf, False          # min/max of the blocks with NaN/Inf; whether the bits hold any block
+    p = 0                                            # the next sketch sample position
     for st in range(0, x.size, _BLOCK):
         e = min(st + _BLOCK, x.size)
         K = np.float64(x[st])
-        c, q, l, h, z = _block_loop(x, st, e, K, lo, hi)
+        xb = x[st:e]
+        c, q, l, h, z = _block_loop(xb, K, lo, hi, counts)
         if np.isfinite(q) and c * c > 0.5 * q * (e - st):   # K (a head unlike the rest) lies over a std from the block mean:
             K = K + c / (e - st)                             # its distance would cost precision, so the block is read again
-            c, q, l, h, z = _block_loop(x, st, e, K, lo, hi)   # around its mean (rare: the block is still in the cache)
+            c, q, _, _, _ = _block_loop(xb, K, lo, hi, False)        # around its mean (rare: the block is still in the cache)
         n_low += l; n_high += h; n_zero += z
+        while p < sidx.size and sidx[p] < e:
+            g[p] = x[sidx[p]]; p += 1
         if np.isfinite(q):                      # every value finite, squares in range
             k = e - st
             mb, m2b = K + c / k, max(q - c * c / k, 0.)
             base, rel = K, c / k                # the block mean as K plus a small offset: no rounding of `mb`
             if minmax:
                 if not bits: smin, smax, umax = ints[st], ints[st], uints[st]
-                smin, smax, umax = _bits_loop(ints, uints, st, e, smin, smax, umax); bits = True
+                smin, smax, umax = _bits_loop(ints[st:e], uints[st:e], smin, smax, umax); bits = True
         else:
             k, mb, m2b, a, b, cc, bmn, bmx = _slow_block(x, st, e)
             nan += a; pinf += b; ninf += cc
@@ -300,21 +307,64 @@ def _bins_loop(x, idx, run, scale, hist):
                 v = abs(np.float64(x[i])) * scale
                 hist[int(v if v < top else top)] += 1
 
-def _record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run, scale, hist):
-    "What `Recorder.record` computes on the CPU, in one call: the pass into `out`, and the sample's bins into `hist` (when it has any)."
-    _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out)
+def _record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run, scale, hist, sidx, skp, counts, acc):
+    "What `Recorder.record` computes on the CPU, in one call: the pass into `out`, the sample's bins into `hist` (when it has any), and the sketch sample at `sidx` (when there is one) into `counts` and `acc` (see `_add_keys`)."
+    g = np.empty(sidx.size)
+    _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g)
     if hist.size: _bins_loop(x, idx, run, scale, hist)
+    if sidx.size: _add_keys(_keys(g, skp), out[0], counts, acc)
 
 def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
     "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
-    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r])
+    none, g = np.empty(0, np.int64), np.empty(0)
+    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r], none, g)
+
+def _keys(g, skp):
+    "The `QuantileSketch` buckets (int64) of the float64 values `g`, -1 for those not finite. `skp`: 1/ln(gamma), the first key, 1/(keys per bucket) and the buckets per sign at the sketch's level."
+    b = g.view(np.int64)
+    js = np.empty(g.size, np.int64)
+    k = skp[3]
+    for i in range(g.size):
+        v = g[i]
+        # ln|v| from the float's bits: the exponent, and ln of the mantissa in [sqrt(1/2), sqrt(2)) by the odd series of
+        # atanh (error below 2e-11, where the bucket bounds allow 1e-5): float multiplies that vectorise on contiguous
+        # values, where a libm call took 4x as long; the bucket from the key in floats too (exact: small integers, a power of 2)
+        e = np.float64(((b[i] >> 52) & 2047) - 1023)
+        f = 1. + np.float64(b[i] & 0xFFFFFFFFFFFFF) * 2.220446049250313e-16
+        big = f > 1.4142135623730951
+        f = f * 0.5 if big else f
+        e = e + 1. if big else e
+        s = (f - 1.) / (f + 1.)
+        s2 = s * s
+        lnv = e * 0.6931471805599453 + 2. * s * (1. + s2 * (1/3 + s2 * (1/5 + s2 * (1/7 + s2 * (1/9 + s2 * (1/11))))))
+        j = min(max(np.floor((np.ceil(lnv * skp[0]) - skp[1]) * skp[2]), 0.), k - 1.) + 1.   # np's floor: math's took 6x as long
+        r = k + j if v > 0 else (k - j if v < 0 else k)
+        js[i] = np.int64(r) if abs(v) < np.inf else np.int64(-1)
+    return js
+
+def _add_keys(js, count, counts, acc):
+    "Add buckets `js` (-1: not finite, not counted) to `counts`, each weighing `count / finite values` (1 when `count` < 0); with a weight, `acc` += (finite values, their weight, sum of squared weights)."
+    taken = 0
+    for p in range(js.size): taken += 1 if js[p] >= 0 else 0
+    w = 1. if count < 0 else (count / taken if taken else 0.)
+    for p in range(js.size):
+        if js[p] >= 0: counts[js[p]] += w
+    if count >= 0:
+        acc[0] += taken; acc[1] += w * taken; acc[2] += w * w * taken
+
+def _sketch_loop(x, skp, counts):
+    "Every value of `x` into sketch `counts`, weight 1 (a tensor taken whole), 64K values at a time."
+    for st in range(0, x.size, 65536):
+        g = x[st:st + 65536].astype(np.float64)
+        _add_keys(_keys(g, skp), -1., counts, counts[:0])
+
 
 # %% ../nbs/09c_kernel.ipynb #d5a7dbac
 _HAVE_NUMBA = importlib.util.find_spec('numba') is not None
 _FUSED = [_HAVE_NUMBA]            # the process-wide default: the loops when numba is there (and MINIAI_FUSED is not 0)
 _local = threading.local()        # `fused_kernel`'s choice, for this thread only
-_LOOPS = {}                       # 'record', 'pass', 'rows': the compiled loops once ready; 'failed' when numba could not compile
-_LOOP_NAMES = ('_block_loop', '_bits_loop', '_slow_block', '_pass_loop', '_bins_loop', '_record_loop', '_rows_loop')
+_LOOPS = {}                       # 'record', 'rows', 'sketch': the compiled loops once ready; 'failed' when numba could not compile
+_LOOP_NAMES = ('_block_loop', '_bits_loop', '_slow_block', '_pass_loop', '_bins_loop', '_record_loop', '_rows_loop', '_keys', '_add_keys', '_sketch_loop')
 _COMPILE_LOCK, _COMPILED = threading.Lock(), threading.Event()
 
 def _compile_loops():
@@ -331,10 +381,12 @@ def _compile_loops():
             except Exception: ns[name] = numba.njit(**opts)(py)          # no writable cache folder: compile in memory
         for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):   # compile now, not in a hook
             a = np.zeros(2, dt)
+            skp = np.array([1., -2047, 1, 4095])
             ns['_record_loop'](a, a.view(it), a.view(ut), 0.25, 10., True, True, True, np.empty(len(FIELDS)), _NO_INDEX, 16, 4.,
-                               np.zeros(42, np.int64))
+                               np.zeros(42, np.int64), np.zeros(1, np.int64), skp, np.zeros(8191), np.zeros(3))
             ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
-        _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'])
+            ns['_sketch_loop'](a, skp, np.zeros(8191))
+        _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'], sketch=ns['_sketch_loop'])
     except Exception as e:
         _LOOPS['failed'] = True
         warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
@@ -389,9 +441,28 @@ _INT_VIEWS = {np.dtype(np.float32): (np.int32, np.uint32), np.dtype(np.float64):
 # numpy's view of a CPU tensor (no copy), taken through the method itself: `count_syncs` watches `Tensor.numpy`,
 # which on a GPU tensor would be a device read, and the compiled loops only ever see CPU tensors
 _np_view = torch.Tensor.numpy
-_NO_INDEX, _NO_HIST = np.zeros(0, np.int64), np.zeros(0, np.int64)
+_NO_INDEX, _NO_HIST, _NO_SKP, _NO_F64 = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(4), np.zeros(0)
 
-def _loops_for(x):
+def _cpu_pass(loops, f, low, high, zeros, ranges, minmax, idx=None, run=1, scale=1., bins=None, sketch=None):
+    "The pass (a `Moments` row tensor) and, when `bins` is given, the raw bins of the sample at `idx` (all of `f` when None), in one compiled call; `sketch`: `(positions, skp, counts, acc)` numpy arrays of a sketch sample to bucket in the same pass (see `_record_loop`)."
+    a = _np_view(f)
+    i, u = _INT_VIEWS[a.dtype]
+    out = np.empty(len(FIELDS))
+    hist = _NO_HIST if bins is None else np.zeros(bins + 2, np.int64)
+    loops['record'](a, a.view(i), a.view(u), low, high, zeros, ranges, minmax, out,
+                    _NO_INDEX if idx is None else _np_view(idx), run, scale, hist, *(sketch or (_NO_INDEX, _NO_SKP, _NO_F64, _NO_F64)))
+    return torch.from_numpy(out), (None if bins is None else torch.from_numpy(hist))
+
+def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
+    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. `zeros`, `ranges` (`low`, `high`) and `minmax`: `False` skips them (the fields read NaN)."
+    f = flat_float(x)
+    if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
+    loops = loops_for(f)
+    if loops is not None: return Moments(_cpu_pass(loops, f, float(low), float(high), bool(zeros), bool(ranges), bool(minmax))[0])
+    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
+
+# %% ../nbs/09c_kernel.ipynb #a27667e8
+def loops_for(x):
     "The compiled loops when they compute `x`'s statistics (a CPU float32/float64 tensor, and the loops chosen and ready), else None."
     if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
     want = getattr(_local, 'fused', None)
@@ -404,24 +475,6 @@ def _loops_for(x):
         return _loops(_FIRST_WAIT if _LOOPS['cached'] else 0)     # a cached load is quick: wait for it; a compile is not
     return _loops(None) if want else None
 
-def _cpu_pass(loops, f, low, high, zeros, ranges, minmax, idx=None, run=1, scale=1., bins=None):
-    "The pass (a `Moments` row tensor) and, when `bins` is given, the raw bins of the sample at `idx` (all of `f` when None), in one compiled call."
-    a = _np_view(f)
-    i, u = _INT_VIEWS[a.dtype]
-    out = np.empty(len(FIELDS))
-    hist = _NO_HIST if bins is None else np.zeros(bins + 2, np.int64)
-    loops['record'](a, a.view(i), a.view(u), low, high, zeros, ranges, minmax, out,
-                    _NO_INDEX if idx is None else _np_view(idx), run, scale, hist)
-    return torch.from_numpy(out), (None if bins is None else torch.from_numpy(hist))
-
-def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
-    "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. `zeros`, `ranges` (`low`, `high`) and `minmax`: `False` skips them (the fields read NaN)."
-    f = flat_float(x)
-    if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
-    loops = _loops_for(f)
-    if loops is not None: return Moments(_cpu_pass(loops, f, float(low), float(high), bool(zeros), bool(ranges), bool(minmax))[0])
-    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
-
 # %% ../nbs/09c_kernel.ipynb #c38c5f71
 def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     "`Moments` of each row of 2-d `a` (shape `[rows, len(FIELDS)]`), in one compiled loop or one set of torch ops for all rows."
@@ -429,7 +482,7 @@ def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     if not a.is_floating_point() or a.dtype in (torch.float16, torch.bfloat16): a = a.float()
     a = a.contiguous()
     if a.numel() == 0: return Moments.empty(len(a), device=a.device)
-    loops = _loops_for(a)
+    loops = loops_for(a)
     if loops is not None:
         x = _np_view(a)
         i, u = _INT_VIEWS[x.dtype]
@@ -484,7 +537,7 @@ def _const(consts, key, make):
 
 def _sample_bins(x, bins=40, hi=10., idx=None, run=1):
     "Raw counts (int64, `bins`+2) of the runs of `run` values of flat float `x` starting at `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`."
-    loops = _loops_for(x)
+    loops = loops_for(x)
     if loops is not None: return _cpu_pass(loops, x, 0.25, 10., False, False, False, idx, run, bins / hi, bins)[1]
     if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
     return _sample_bins_torch(x, bins, hi, idx)
@@ -521,11 +574,12 @@ class Recorder:
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n, self._device = f.numel(), f.device
         row = self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
-        lo, loops = self.hi / self.bins, _loops_for(f)
+        lo, loops = self.hi / self.bins, loops_for(f)
         if loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
             m, raw = _cpu_pass(loops, f, float(lo), float(self.hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, _RUN,
-                               float(self.bins / self.hi), None if self.fold else self.bins)
+                               float(self.bins / self.hi), None if self.fold else self.bins,
+                               None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
         else:
             m = _moments_torch(f, lo, self.hi, self.zeros, self.ranges, self.minmax, self._consts)
             raw = None if self.fold else _sample_bins_torch(f, self.bins, self.hi, None if row is None else self._run_index(n, row), self._consts)
@@ -546,6 +600,9 @@ class Recorder:
             if len(self._tables) >= 4: self._tables.clear()
             self._tables[key] = tab
         return tab[row]
+
+    def _fused_sample(self, f, row):
+        "What a subclass adds to the compiled pass over CPU tensor `f` (see `_cpu_pass`'s `sketch`): None here."
 
     def after_record(self, f, row, m):
         "Override to record more per batch: `f` the flat float tensor recorded, `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math, functools, contextlib
 import numpy as np, torch
 from fastcore.basics import patch
-from .kernel import Recorder, Moments
+from .kernel import Recorder, Moments, loops_for
 
 # %% auto #0
 __all__ = ['QuantileSketch']
@@ -228,6 +228,11 @@ def _bin_edges(bins, vmin, vmax):
     return np.unique(edges)
 
 # %% ../nbs/10a_sketch.ipynb #2152b326
+@functools.lru_cache(maxsize=None)
+def _skp(level):
+    "The compiled loops' parameters of a sketch at `level` (see the kernel's `_keys`); shared, never written (a read-only array would be another type to compile)."
+    return np.array([1 / _LOG_GAMMA, _KEY0, 1 / 2**level, _buckets_per_sign(level)], dtype=np.float64)
+
 class SketchRecorder(Recorder):
     "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch."
     sketch_every = 16
@@ -238,7 +243,7 @@ class SketchRecorder(Recorder):
     @normal_tensors()
     def reset(self):
         super().reset()
-        self._pending, self._whole, self._n_whole, self.sampling = [], [], 0, None   # sampling: [K sampled finite values, their weight W, sum of weight^2]
+        self._pending, self._whole, self._n_whole, self.sampling, self._acc, self._fed = [], [], 0, None, None, False   # sampling: [K sampled finite values, their weight W, sum of weight^2]
         self.sketch = None if self.level is None else QuantileSketch(level=self.level)
 
     @normal_tensors()
@@ -246,9 +251,22 @@ class SketchRecorder(Recorder):
         "`Recorder.record`, its state kept in normal tensors even when fed inside `torch.inference_mode()`."
         return super().record(x)
 
+    def _fused_sample(self, f, row):
+        "The sketch's sample of CPU tensor `f` (table row `row`), bucketed and weighted in the compiled pass itself: each value read while its block is in the cache."
+        sk = self.sketch
+        if sk is None or row is None or not sk.counts.is_cpu: return None
+        if self._acc is None or self.sampling is not self._acc:          # a sampling record of our own, added to in place
+            self._acc = torch.zeros(3, dtype=torch.float64) if self.sampling is None else self.sampling.to('cpu', torch.float64, copy=True)
+            self.sampling = self._acc
+        self._fed = True
+        return (torch.Tensor.numpy(self.sample_index(f.numel(), row, device=f.device)), _skp(sk.level), torch.Tensor.numpy(sk.counts), torch.Tensor.numpy(self._acc))
+
     def after_record(self, f, row, m):
-        "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`, pending until `flush`."
+        "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`: on the CPU in the compiled pass (see `_fused_sample`) or loop, elsewhere pending until `flush`."
         if self.sketch is None: return
+        if self._fed: self._fed = False; return
+        if self.sketch.counts.is_cpu and row is None and loops_for(f) is not None:    # taken whole: every value, weight 1
+            return loops_for(f)['sketch'](torch.Tensor.numpy(f), _skp(self.sketch.level), torch.Tensor.numpy(self.sketch.counts))
         if row is not None: self._pending.append((f.index_select(0, self.sample_index(f.numel(), row, device=f.device)), Moments(m).count))
         elif f.numel() <= self.sample:                                 # a small tensor, whole: a copy (`f` may be the user's tensor),
             self._whole.append(f.clone())                              # until they hold as many values as the pending samples may

@@ -493,11 +493,11 @@ class ActivationStatisticsHook(StatisticsCollector):
         self.update_statistics(hook.name, input, output, module.training)
 
     @other_names
-    def attach(self, model, layers=None):
-        "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager)."
+    def attach(self, model, layers=None, with_kwargs=False):
+        "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager). `with_kwargs`: also the keyword inputs (all with `True`, or a list of names), as streams `{layer}.input[{keyword}]`."
         picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
-        return Hooks(picked, self.hook)
+        return Hooks(picked, self.hook, with_kwargs=with_kwargs)
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):

@@ -99,14 +99,15 @@ def write(self:TensorBoardCB, step=None):
 
 @patch
 def _write_series(self:TensorBoardCB, a, phase):
-    "The new batches of `a.series(phase)`, each at its step."
-    bins, hi, done = a.bins, a.hi, 0
-    limits = [hi * (i+1) / bins for i in range(bins)]
-    centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
+    "The new batches of `a.series(phase)`, each at its step; each histogram in its recorder's own bins (`hi='auto'` picks a top per layer)."
+    done = 0
     prefix, start, every = (self.prefix, self._start, a.every) if phase == 'train' else (self.prefix + '_valid', self._valid_start, 1)
     for name, rec in a.series(phase).items():
         first, end = self._written.get((phase, name), 0), len(rec)
         if end <= first: continue
+        bins, hi = rec.bins, rec.hi
+        limits = [hi * (i+1) / bins for i in range(bins)]
+        centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
         scalars = dict(mean=rec.means, std=rec.stds, nonfinite=rec.nonfinite, dead_fraction=rec.dead.nan_to_num(0.),
                        overflow_fraction=rec.saturated.nan_to_num(0.))
         hists = rec.hists

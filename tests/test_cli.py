@@ -1,19 +1,24 @@
-"""miniai-diagnose as a user runs it: real subprocesses, real exit codes, real FashionMNIST.
-Usage errors must be one line on stderr, exit code 2, and come before any data is loaded: each run gets an empty
-MINIAI_CACHE, which loading FashionMNIST would fill, and must leave it empty and print nothing on stdout."""
+"""miniai-diagnose as a user runs it: real subprocesses (the installed `miniai-diagnose` and `python -m miniai`), real
+exit codes, real FashionMNIST; and `main(argv)` in this process for the usage errors, the same code up to the exit.
+Usage errors must be one line on stderr, exit code 2, and come before any data is loaded: each usage-error run gets an
+empty MINIAI_CACHE, which loading FashionMNIST would fill, and must leave it empty and print nothing on stdout. Runs that
+train use the usual cache (building it from the IDX files again for each run would only cost time)."""
 import json, os, shutil, subprocess, sys, time
 from pathlib import Path
 from types import SimpleNamespace
 import pytest
 
 exe = [sys.executable, '-m', 'miniai']
+SCRIPT = Path(sys.executable).parent/'miniai-diagnose'   # the console script that `pip install` made
+script = [str(SCRIPT)] if SCRIPT.exists() else exe
 
 def no_constants(name): raise ValueError(f'summary.json holds {name}, which is not JSON')
 
-def run(args, tmp_path, timeout=600, prefix=()):
-    env = {**os.environ, 'MINIAI_CACHE': str(tmp_path/'cache')}
+def run(args, tmp_path, timeout=600, prefix=(), cmd=exe, empty_cache=True):
+    "Run the command with `args` (after `prefix`); with `empty_cache`, MINIAI_CACHE is an empty folder that loading the data would fill."
+    env = {**os.environ, 'MINIAI_CACHE': str(tmp_path/'cache')} if empty_cache else dict(os.environ)
     t0 = time.perf_counter()
-    res = subprocess.run([*prefix, *exe, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    res = subprocess.run([*prefix, *cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -25,8 +30,16 @@ def assert_usage_error(res, tmp_path, *words):
     assert res.stdout == ''                                  # no training output
     assert not (tmp_path/'cache').exists(), 'the data was loaded before the usage error'
 
+def main_here(args, capsys):
+    "Run `main(args)` in this process; return what a subprocess would: exit code, stdout, stderr."
+    from miniai.cli import main
+    try: code = main(list(args))
+    except SystemExit as e: code = e.code
+    out, err = capsys.readouterr()
+    return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+
 def test_diagnose_variant_writes_summary(tmp_path):
-    res = run(['--model', 'batchnorm', '--epochs', '1', '--max-batches', '55', '--out', str(tmp_path/'out')], tmp_path)
+    res = run(['--model', 'batchnorm', '--epochs', '1', '--max-batches', '55', '--out', str(tmp_path/'out')], tmp_path, cmd=script, empty_cache=False)
     assert res.returncode == 0, res.stderr[-2000:]
     out = tmp_path/'out'
     summary = json.loads((out/'summary.json').read_text(), parse_constant=no_constants)
@@ -38,9 +51,9 @@ def test_diagnose_variant_writes_summary(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ['color_dim.png', 'dead_chart.png', 'plot_stats.png', 'summary.json']  # no temp files left
     assert 'test accuracy' in res.stdout
 
-def test_diverging_run_writes_strict_json(tmp_path):
-    "A finite but absurd learning rate trains (it is the user's call) and the diverged statistics are null with a reason."
-    res = run(['--lr', '1e30', '--epochs', '1', '--max-batches', '8', '--out', str(tmp_path/'out')], tmp_path)
+def test_diverging_run_writes_strict_json(tmp_path, capsys):
+    "A finite but absurd learning rate trains (it is the user's call) and the diverged statistics are null with a reason. (`main` in this process: the run above is the command's.)"
+    res = main_here(['--lr', '1e30', '--epochs', '1', '--max-batches', '8', '--out', str(tmp_path/'out')], capsys)
     assert res.returncode == 0, res.stderr[-2000:]
     text = (tmp_path/'out'/'summary.json').read_text()
     summary = json.loads(text, parse_constant=no_constants)
@@ -64,37 +77,47 @@ BAD = [
     (['--out', ''], ['--out', 'must name a folder']),
 ]
 
-# each subprocess imports torch, so the real command runs one case of each kind...
-AS_USER = ['--lr inf', '--seed -1', '--epochs 0', '--bs 0', '--model resnet', '--out /proc/miniai-test', '--out /sys/fs']
-
-@pytest.mark.parametrize('bad,words', [b for b in BAD if ' '.join(b[0]) in AS_USER], ids=AS_USER)
-def test_usage_errors(bad, words, tmp_path):
-    res = run(bad, tmp_path, timeout=120)
-    assert_usage_error(res, tmp_path, *words)
-    assert not Path('/proc/miniai-test').exists()
+# each subprocess imports torch (seconds), so `python -m miniai` runs one of them, the installed `miniai-diagnose` another
+# (test_usage_error_makes_no_folder_as_user)...
+def test_usage_errors(tmp_path):
+    res = run(['--lr', 'inf'], tmp_path, timeout=120)
+    assert_usage_error(res, tmp_path, '--lr', "'inf'")
 
 # ... and `main` in this process runs them all: the same code, up to the exit
 @pytest.mark.parametrize('bad,words', BAD, ids=[' '.join(b) or 'empty' for b, _ in BAD])
 def test_usage_errors_in_process(bad, words, capsys, monkeypatch, tmp_path):
-    from miniai.cli import main
     monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
-    with pytest.raises(SystemExit) as info: main(bad)
-    out, err = capsys.readouterr()
-    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, *words)
+    res = main_here(bad, capsys)
+    assert_usage_error(res, tmp_path, *words)
+    assert not Path('/proc/miniai-test').exists()
 
-def test_out_is_a_file(tmp_path):
+def test_out_is_a_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
     f = tmp_path/'summary.txt'; f.write_text('mine')
-    assert_usage_error(run(['--out', str(f)], tmp_path, timeout=120), tmp_path, '--out', 'is a file, not a folder')
-    assert_usage_error(run(['--out', str(f/'sub')], tmp_path, timeout=120), tmp_path, '--out', 'Not a directory')
+    assert_usage_error(main_here(['--out', str(f)], capsys), tmp_path, '--out', 'is a file, not a folder')
+    assert_usage_error(main_here(['--out', str(f/'sub')], capsys), tmp_path, '--out', 'Not a directory')
     assert f.read_text() == 'mine'
 
-def test_out_read_only_folder(tmp_path):
+# `main` on each argument list in one process, as `run` reports a command: [exit code, stdout, stderr] per list, in JSON
+MAIN_EACH = """import contextlib, io, json, sys
+from miniai.cli import main
+res = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try: code = main(args)
+        except SystemExit as e: code = e.code
+    res.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(res))"""
+
+def test_out_read_only_folder(tmp_path, capsys, monkeypatch):
     """A real read-only folder. As root, permission bits are ignored, so the folder is bind-mounted read-only in a
-    private mount namespace (`unshare -m`) around the CLI; otherwise `chmod 555` is enough."""
+    private mount namespace (`unshare -m`) around one Python that runs `main` on both cases; otherwise `chmod 555` is enough."""
     ro = tmp_path/'ro'; ro.mkdir()
     if os.geteuid() != 0:
+        monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
         ro.chmod(0o555)
-        try: res = run(['--out', str(ro)], tmp_path, timeout=120)
+        try: res = main_here(['--out', str(ro)], capsys)
         finally: ro.chmod(0o755)
         assert_usage_error(res, tmp_path, '--out', 'Permission denied')
     else:
@@ -102,14 +125,15 @@ def test_out_read_only_folder(tmp_path):
         probe = subprocess.run(['unshare', '-m', 'true'], capture_output=True)
         if probe.returncode: pytest.skip(f'unshare -m not permitted here: {probe.stderr.decode().strip()}')
         mount = f'mount --bind {ro} {ro} && mount -o remount,bind,ro {ro} && exec "$@"'
-        res = run(['--out', str(ro)], tmp_path, timeout=120, prefix=['unshare', '-m', 'sh', '-c', mount, 'sh'])
-        assert_usage_error(res, tmp_path, '--out', 'Read-only file system')
-        res = run(['--out', str(ro/'a'/'b')], tmp_path, timeout=120, prefix=['unshare', '-m', 'sh', '-c', mount, 'sh'])
-        assert_usage_error(res, tmp_path, '--out', 'Read-only file system')
+        both = json.dumps([['--out', str(ro)], ['--out', str(ro/'a'/'b')]])
+        res = run([], tmp_path, timeout=120, prefix=['unshare', '-m', 'sh', '-c', mount, 'sh'], cmd=[sys.executable, '-c', MAIN_EACH, both])
+        assert res.returncode == 0, res.stderr[-2000:]
+        for code, out, err in json.loads(res.stdout):
+            assert_usage_error(SimpleNamespace(returncode=code, stdout=out, stderr=err), tmp_path, '--out', 'Read-only file system')
     assert list(ro.iterdir()) == []
 
-def test_help_still_works(tmp_path):
-    res = run(['--help'], tmp_path, timeout=120)
+def test_help_still_works(capsys):
+    res = main_here(['--help'], capsys)
     assert res.returncode == 0 and 'usage: miniai-diagnose' in res.stdout and '--lr' in res.stdout
 
 # --- several processes: torchrun with two CPU ranks (gloo) ---
@@ -158,33 +182,29 @@ NO_FOLDER = [
 @pytest.mark.parametrize('bad,words', NO_FOLDER, ids=[' '.join(b) for b, _ in NO_FOLDER])
 def test_usage_error_makes_no_folder(bad, words, capsys, monkeypatch, tmp_path):
     "Every option is checked, together, before any folder is made: the default `miniai-diagnosis` in the current folder included."
-    from miniai.cli import main
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
     (tmp_path/'tb.txt').write_text('mine')
     (tmp_path/'new').mkdir(); (tmp_path/'new'/'tb.txt').write_text('mine')
-    with pytest.raises(SystemExit) as info: main(bad)
-    out, err = capsys.readouterr()
-    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, *words)
+    assert_usage_error(main_here(bad, capsys), tmp_path, *words)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['new', 'tb.txt']
     assert sorted(p.name for p in (tmp_path/'new').iterdir()) == ['tb.txt']
 
 def test_usage_error_makes_no_folder_as_user(tmp_path):
-    "The command as a user runs it, in an empty folder: `--tensorboard` in /proc is refused and no ./miniai-diagnosis appears."
+    "The installed command as a user runs it, in an empty folder: `--tensorboard` in /proc is refused (exit code 2) and no ./miniai-diagnosis appears."
     env = {**os.environ, 'MINIAI_CACHE': str(tmp_path/'cache')}
     work = tmp_path/'work'; work.mkdir()
-    res = subprocess.run([*exe, '--tensorboard', '/proc/miniai-tb'], capture_output=True, text=True, timeout=120, env=env, cwd=work)
+    res = subprocess.run([*script, '--tensorboard', '/proc/miniai-tb'], capture_output=True, text=True, timeout=120, env=env, cwd=work)
     assert_usage_error(res, tmp_path, '--tensorboard', '/proc/miniai-tb')
     assert list(work.iterdir()) == []
 
 def test_missing_tensorboard_package_makes_no_folder(capsys, monkeypatch, tmp_path):
     "`--tensorboard` without the tensorboard package: a usage error naming the package, before the --out folder is made."
-    from miniai.cli import main, diagnose_run, BadArgument
+    from miniai.cli import diagnose_run, BadArgument
     monkeypatch.setitem(sys.modules, 'tensorboard', None)      # what Python sees when the package is not installed
     monkeypatch.setenv('MINIAI_CACHE', str(tmp_path/'cache'))
-    with pytest.raises(SystemExit) as info: main(['--out', str(tmp_path/'out'), '--tensorboard', str(tmp_path/'tb')])
-    out, err = capsys.readouterr()
-    assert_usage_error(SimpleNamespace(returncode=info.value.code, stdout=out, stderr=err), tmp_path, '--tensorboard', 'pip install')
+    res = main_here(['--out', str(tmp_path/'out'), '--tensorboard', str(tmp_path/'tb')], capsys)
+    assert_usage_error(res, tmp_path, '--tensorboard', 'pip install')
     with pytest.raises(BadArgument, match='tensorboard package'): diagnose_run(out=tmp_path/'out', tensorboard=tmp_path/'tb')
     assert list(tmp_path.iterdir()) == []
 

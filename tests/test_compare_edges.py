@@ -1,7 +1,10 @@
 """miniai.compare at the edges: `compare_arrays` against a float64/longdouble reference on random arrays that mix huge,
-tiny, subnormal, NaN and Inf values, and `miniai-compare` run as a command on broken runs (its exit status is the point)."""
+tiny, subnormal, NaN and Inf values, and `miniai-compare` on broken runs (its exit status is the point): `compare_main` in
+this process (the command's code, up to its `sys.exit`), as a command where a process is needed (a FIFO that could block,
+a user who cannot write)."""
 import math, os, shutil, subprocess, sys, tempfile
 from pathlib import Path
+from types import SimpleNamespace
 import numpy as np, pytest
 from hypothesis import given, settings, HealthCheck, strategies as st
 from hypothesis.extra import numpy as hnp
@@ -88,9 +91,21 @@ def test_chunking_changes_nothing_exact(pair, chunk2):
 # --- the command -----------------------------------------------------------------------------------------------------
 
 def cli(*args, timeout=60):
+    "`miniai-compare` as a command: the exit status, stdout and stderr (bytes) of its process."
     env = {**os.environ, 'PYTHONPATH': f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.run([sys.executable, '-m', 'miniai.compare', '--no-progress', *map(str, args)],
                           capture_output=True, timeout=timeout, env=env)
+
+@pytest.fixture
+def compare(capsys):
+    "`compare_main(args)` in this process, reported as a command's run: the exit status, stdout and stderr (text)."
+    from miniai.compare import compare_main
+    def run(*args, progress=False):
+        try: code = compare_main([*([] if progress else ['--no-progress']), *map(str, args)])
+        except SystemExit as e: code = e.code
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out, stderr=err)
+    return run
 
 def runs(tmp_path, a, b, name='t.npy'):
     for run, arr in [('A', a), ('B', b)]:
@@ -101,8 +116,8 @@ def runs(tmp_path, a, b, name='t.npy'):
 
 GOOD = np.linspace(1, 2, 1000, dtype='f4')
 
-def test_nan_in_b_fails_even_with_thresholds_met(tmp_path):
-    "Half of B is NaN and the finite half equals A: the NaN positions fail the gate, whatever the thresholds say."
+def test_nan_in_b_fails_even_with_thresholds_met(tmp_path, compare):
+    "Half of B is NaN and the finite half equals A: the NaN positions fail the gate, whatever the thresholds say. (The command itself, in a process: its exit status.)"
     broken = GOOD.copy(); broken[:500] = np.nan
     A, B = runs(tmp_path, GOOD, broken)
     res = cli('--pathA', A, '--pathB', B, '--min-cosine', '0.9999', '--max-abs-err', '0')
@@ -110,29 +125,29 @@ def test_nan_in_b_fails_even_with_thresholds_met(tmp_path):
     assert res.returncode == 1, out
     assert 'FAIL tensors/rank_0/t.npy: NaN at 500 position(s) in one run only' in out
     assert b'Traceback' not in res.stderr
-    assert cli('--pathA', A, '--pathB', B, '--allow-nonfinite-mismatch').returncode == 0
+    assert compare('--pathA', A, '--pathB', B, '--allow-nonfinite-mismatch').returncode == 0
 
-def test_b_lacks_every_tensor(tmp_path):
+def test_b_lacks_every_tensor(tmp_path, compare):
     A, B = runs(tmp_path, GOOD, None)
-    res = cli('--pathA', A, '--pathB', B)
-    assert res.returncode == 1 and b't.npy: only in A' in res.stdout, res.stdout
+    res = compare('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and 't.npy: only in A' in res.stdout, res.stdout
     assert (A/'tensors'/'compare_rst'/'rank_0_uncompared.csv').read_text() == 'tensor_name,reason\nt.npy,only in A\n'
 
-def test_nothing_compared(tmp_path):
+def test_nothing_compared(tmp_path, compare):
     (tmp_path/'A').mkdir(); (tmp_path/'B').mkdir()
-    res = cli('--pathA', tmp_path/'A', '--pathB', tmp_path/'B')
-    assert res.returncode == 1 and b'nothing was compared' in res.stdout, res.stdout
+    res = compare('--pathA', tmp_path/'A', '--pathB', tmp_path/'B')
+    assert res.returncode == 1 and 'nothing was compared' in res.stdout, res.stdout
 
-def test_error_rows_fail_without_thresholds(tmp_path):
+def test_error_rows_fail_without_thresholds(tmp_path, compare):
     A, B = runs(tmp_path, GOOD, GOOD)
     (B/'tensors'/'rank_0'/'t.npy').write_bytes((A/'tensors'/'rank_0'/'t.npy').read_bytes()[:500])   # truncated
-    res = cli('--pathA', A, '--pathB', B)
-    assert res.returncode == 1 and b'truncated' in res.stdout, res.stdout
+    res = compare('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and 'truncated' in res.stdout, res.stdout
 
-def test_identical_runs_pass(tmp_path):
+def test_identical_runs_pass(tmp_path, compare):
     A, B = runs(tmp_path, GOOD, GOOD)
-    res = cli('--pathA', A, '--pathB', B, '--min-cosine', '1', '--max-abs-err', '0')
-    assert res.returncode == 0 and b'all 1 pairs compared and passed' in res.stdout, res.stdout + res.stderr
+    res = compare('--pathA', A, '--pathB', B, '--min-cosine', '1', '--max-abs-err', '0')
+    assert res.returncode == 0 and 'all 1 pairs compared and passed' in res.stdout, res.stdout + res.stderr
 
 def test_fifo_does_not_hang_and_symlink_is_not_followed(tmp_path):
     A, B = runs(tmp_path, GOOD, GOOD)
@@ -144,22 +159,22 @@ def test_fifo_does_not_hang_and_symlink_is_not_followed(tmp_path):
     assert res.returncode == 1, out
     assert 'fifo.npy: ERROR: B: a FIFO, not read' in out and 'link.npy: ERROR: B: a symlink, not read' in out, out
 
-def test_non_utf8_name(tmp_path):
+def test_non_utf8_name(tmp_path, compare):
     A, B = runs(tmp_path, GOOD, GOOD)
     def save(run, name):
         with open(os.path.join(os.fsencode(run/'tensors'/'rank_0'), name), 'wb') as f: np.save(f, GOOD)
     save(A, b'\xff\xfe.npy'); save(B, b'\xff\xfe.npy'); save(A, b'only\xff.npy')
-    res = cli('--pathA', A, '--pathB', B)
-    assert res.returncode == 1 and b'Traceback' not in res.stderr, res.stderr
-    assert b'only\\xff.npy: only in A' in res.stdout, res.stdout
+    res = compare('--pathA', A, '--pathB', B)
+    assert res.returncode == 1 and 'Traceback' not in res.stderr, res.stderr
+    assert 'only\\xff.npy: only in A' in res.stdout, res.stdout
     assert '\\xff\\xfe.npy,1.0' in (A/'tensors'/'compare_rst'/'rank_0_rst.csv').read_text()
 
-def test_symlinked_compare_rst_is_refused(tmp_path):
+def test_symlinked_compare_rst_is_refused(tmp_path, compare):
     A, B = runs(tmp_path, GOOD, GOOD)
     target = tmp_path/'elsewhere'; target.mkdir()
     (A/'tensors'/'compare_rst').symlink_to(target)
-    res = cli('--pathA', A, '--pathB', B)
-    assert res.returncode == 2 and b'cannot write the CSVs' in res.stderr and b'Traceback' not in res.stderr, res.stderr
+    res = compare('--pathA', A, '--pathB', B)
+    assert res.returncode == 2 and 'cannot write the CSVs' in res.stderr and 'Traceback' not in res.stderr, res.stderr
     assert list(target.iterdir()) == []
 
 @pytest.mark.skipif(os.name != 'posix' or not Path('/usr/bin/setpriv').exists(), reason='needs setpriv to drop root')
@@ -178,12 +193,10 @@ def test_read_only_path_a():
     finally: shutil.rmtree(base)
 
 @pytest.mark.parametrize('args', [['--min-cosine', 'nan'], ['--min-cosine', '-0.5'], ['--max-abs-err', '-1'], ['--max-abs-err', 'nan']])
-def test_bad_thresholds(tmp_path, args):
+def test_bad_thresholds(tmp_path, args, compare):
     A, B = runs(tmp_path, GOOD, GOOD)
-    res = subprocess.run([sys.executable, '-c', 'import sys; from miniai.compare import compare_main; compare_main(sys.argv[1:])',
-                          '--pathA', str(A), '--pathB', str(B), *args], capture_output=True, timeout=60,
-                         env={**os.environ, 'PYTHONPATH': str(ROOT)})
-    assert res.returncode == 2 and b'usage: miniai-compare' in res.stderr and b'Traceback' not in res.stderr, res.stderr
+    res = compare('--pathA', A, '--pathB', B, *args, progress=True)
+    assert res.returncode == 2 and 'usage: miniai-compare' in res.stderr and 'Traceback' not in res.stderr, res.stderr
     assert not (A/'tensors'/'compare_rst').exists()   # nothing compared, nothing written
 
 # --- the moments come from the kernel (`batch_moments` per chunk, folded with `Moments.fold`): structured inputs ---

@@ -1,8 +1,9 @@
 """miniai.dumps and miniai.compare across processes: two ranks under torchrun (gloo, CPU) write one folder each, and the
 installed `miniai-compare` command writes one CSV per rank; bad arguments exit 2; scripts that end without removing
 their hook; what `import miniai.compare` loads."""
-import csv, os, subprocess, sys, textwrap
+import csv, json, os, subprocess, sys, textwrap
 from pathlib import Path
+from types import SimpleNamespace
 import pytest
 from _torchrun import run_two_ranks as torchrun_two_ranks
 
@@ -43,7 +44,7 @@ def run_two_ranks(tmp_path, run_a, run_b):
     res = torchrun_two_ranks(script, run_a, run_b, timeout=120)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-4000:]
 
-def test_two_ranks_dump_and_compare(tmp_path):
+def test_two_ranks_dump_and_compare(tmp_path, capsys):
     run_a, run_b = tmp_path/'A', tmp_path/'B'
     run_two_ranks(tmp_path, run_a, run_b)
     for run in (run_a, run_b):
@@ -68,53 +69,64 @@ def test_two_ranks_dump_and_compare(tmp_path):
     # the first layer's output on each rank differs only by the input scale (and a bias): cosine near 1
     with open(run_a/'tensors'/'compare_rst'/'rank_1_rst.csv', newline='') as f: first = next(csv.DictReader(f))
     assert 0.95 < float(first['cosine similarity']) <= 1.0 + 1e-12, first
-    # a threshold the scaled run cannot meet exits 1
-    res = subprocess.run([*compare_cmd(), '--pathA', str(run_a), '--pathB', str(run_b), '--no-progress', '--max-abs-err', '0'],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 1, res.stdout + res.stderr
+    # a threshold the scaled run cannot meet exits 1 (`compare_main` in this process: the command's code up to `sys.exit`)
+    from miniai.compare import compare_main
+    with pytest.raises(SystemExit) as e: compare_main(['--pathA', str(run_a), '--pathB', str(run_b), '--no-progress', '--max-abs-err', '0'])
+    assert e.value.code == 1, capsys.readouterr()
 
-@pytest.mark.parametrize('args', [['--pathA', '.'], ['--pathA', '/nonexistent/dump', '--pathB', '.']])
-def test_cli_bad_args(args):
-    res = subprocess.run([*compare_cmd(), *args], capture_output=True, text=True, timeout=60)
+@pytest.mark.parametrize('args,as_command', [(['--pathA', '.'], True), (['--pathA', '/nonexistent/dump', '--pathB', '.'], False)])
+def test_cli_bad_args(args, as_command, capsys):
+    "The installed command (a process: its exit status) and `compare_main` in this process (the same code up to `sys.exit`)."
+    if as_command: res = subprocess.run([*compare_cmd(), *args], capture_output=True, text=True, timeout=60)
+    else:
+        from miniai.compare import compare_main
+        with pytest.raises(SystemExit) as e: compare_main(args)
+        res = SimpleNamespace(returncode=e.value.code, **dict(zip(('stdout', 'stderr'), capsys.readouterr())))
     assert res.returncode == 2, res.stdout + res.stderr
     assert 'usage: miniai-compare' in res.stderr
 
-def test_atexit_flushes(tmp_path):
-    "A script that never removes its hook still leaves every file and the index on disk when it exits."
-    script = tmp_path/'no_cleanup.py'
+@pytest.fixture(scope='module')
+def exit_run(tmp_path_factory):
+    "One script, for the two tests below (a Python that imports torch takes seconds): model `kept` never removes its hook; model `removed` removes it by hand, then its folder is deleted."
+    tmp = tmp_path_factory.mktemp('exit')
+    script = tmp/'no_cleanup.py'
     script.write_text(textwrap.dedent('''
-        import sys, torch
+        import sys, shutil, torch
+        from pathlib import Path
         from torch import nn
         from miniai.dumps import register_saving_hook
-        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), sys.argv[1], 'Linear', -1, -1)
+        root = Path(sys.argv[1])
+        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 2)), root/'kept', 'Linear', -1, -1)
         for _ in range(3): model(torch.randn(64, 4)).sum().backward()
+        other = register_saving_hook(nn.Sequential(nn.Linear(4, 4)), root/'removed', 'Linear', -1, -1)
+        other(torch.randn(8, 4)).sum().backward()
+        other.saving_hook.remove()
+        shutil.rmtree(root/'removed')
     '''))
-    res = subprocess.run([sys.executable, str(script), str(tmp_path/'dump')], capture_output=True, text=True, timeout=60,
+    res = subprocess.run([sys.executable, str(script), str(tmp/'dump')], capture_output=True, text=True, timeout=60,
                          env={**os.environ, 'OMP_NUM_THREADS': '1'})
+    return res, tmp/'dump'
+
+def test_atexit_flushes(exit_run):
+    "A script that never removes its hook still leaves every file and the index on disk when it exits."
+    res, dump = exit_run
     assert res.returncode == 0, res.stderr[-3000:]
-    folder = tmp_path/'dump'/'tensors'/'rank_0'
+    folder = dump/'kept'/'tensors'/'rank_0'
     assert len(list(folder.glob('*.npy'))) == 6
-    assert len(list((tmp_path/'dump'/'grads'/'rank_0').glob('*.npy'))) == 12
+    assert len(list((dump/'kept'/'grads'/'rank_0').glob('*.npy'))) == 12
     assert (folder/'index.json').exists() and not list(folder.glob('*.tmp'))
+
+def test_removed_hook_is_not_flushed_at_exit(exit_run):
+    "A hook removed by hand whose folder is then deleted: nothing happens at exit (no second flush, no traceback, the folder stays gone)."
+    res, dump = exit_run
+    assert res.returncode == 0 and res.stderr == '', res.stderr
+    assert not (dump/'removed').exists()
 
 def run_script(tmp_path, body):
     script = tmp_path/'script.py'
     script.write_text(textwrap.dedent(body))
     return subprocess.run([sys.executable, str(script), str(tmp_path/'dump')], capture_output=True, text=True, timeout=60,
                           env={**os.environ, 'OMP_NUM_THREADS': '1'})
-
-def test_removed_hook_is_not_flushed_at_exit(tmp_path):
-    "A hook removed by hand whose folder is then deleted: nothing happens at exit (no second flush, no traceback)."
-    res = run_script(tmp_path, '''
-        import sys, shutil, torch
-        from torch import nn
-        from miniai.dumps import register_saving_hook
-        model = register_saving_hook(nn.Sequential(nn.Linear(4, 4)), sys.argv[1], 'Linear', -1, -1)
-        model(torch.randn(8, 4)).sum().backward()
-        model.saving_hook.remove()
-        shutil.rmtree(sys.argv[1])
-    ''')
-    assert res.returncode == 0 and res.stderr == '', res.stderr
 
 def test_unremoved_hook_with_folder_gone_is_one_line(tmp_path):
     "A hook never removed whose folder is deleted before exit: one line on stderr, no traceback, the script's own exit status."
@@ -131,24 +143,20 @@ def test_unremoved_hook_with_folder_gone_is_one_line(tmp_path):
     assert 'could not write everything at exit' in res.stderr
 
 def test_long_names_and_register_twice_keep_every_tensor(tmp_path):
-    "A 200-character layer name is saved (its temporary name stays under 255 bytes too); a second registration replaces the first, with a warning, and the first hook's files are all on disk."
-    res = run_script(tmp_path, '''
-        import sys, warnings, torch
-        from pathlib import Path
-        from torch import nn
-        from miniai.dumps import register_saving_hook
-        model = nn.Sequential()
-        model.add_module('x'*200, nn.Linear(4, 4))
-        model = register_saving_hook(model, Path(sys.argv[1])/'first', 'Linear', -1, -1)
-        model(torch.randn(8, 4)).sum().backward()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter('always')
-            model = register_saving_hook(model, Path(sys.argv[1])/'second', 'Linear', -1, -1)
-        print(len(caught), caught[0].message)
-        model(torch.randn(8, 4)).sum().backward()
-        model.saving_hook.remove()
-    ''')
-    assert res.returncode == 0 and res.stdout.startswith('1 register_saving_hook: this model already had a saving hook'), res.stdout + res.stderr
+    "A 200-character layer name is saved (its temporary name stays under 255 bytes too); a second registration replaces the first, with a warning, and the first hook's files are all on disk (here, before any exit)."
+    import warnings, torch
+    from torch import nn
+    from miniai.dumps import register_saving_hook
+    model = nn.Sequential()
+    model.add_module('x'*200, nn.Linear(4, 4))
+    model = register_saving_hook(model, tmp_path/'dump'/'first', 'Linear', -1, -1)
+    model(torch.randn(8, 4)).sum().backward()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        model = register_saving_hook(model, tmp_path/'dump'/'second', 'Linear', -1, -1)
+    assert len(caught) == 1 and str(caught[0].message).startswith('register_saving_hook: this model already had a saving hook'), caught
+    model(torch.randn(8, 4)).sum().backward()
+    model.saving_hook.remove()
     for run in ('first', 'second'):
         folder = tmp_path/'dump'/run
         assert len(list((folder/'tensors'/'rank_0').glob('*.npy'))) == 1
@@ -220,17 +228,20 @@ def test_save_npy_new_file_and_replace(tmp_path):
     assert target.read_bytes() == b'keep' and not (tmp_path/'link.npy').is_symlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == ['a.npy', 'link.npy', 'outside.npy', 'ref.npy']
 
-def test_compare_startup_stays_light():
-    "Importing miniai.compare (what `miniai-compare` does) loads miniai's core and kernel only: not the saving hook, the learner, the hooks, the datasets or the progress bar."
-    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.compare; print(sorted(m for m in sys.modules if m.startswith("miniai")))'],
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.strip() == "['miniai', 'miniai.compare', 'miniai.core', 'miniai.kernel']", res.stdout
-    code = 'import sys, miniai.compare; print([m for m in ("torchvision", "datasets", "fastprogress", "matplotlib") if m in sys.modules])'
+@pytest.fixture(scope='module')
+def after_import():
+    "What a fresh Python holds once it has imported miniai.compare (what `miniai-compare` does first): one process for the tests below."
+    code = ('import json, sys, miniai.compare; print(json.dumps({"miniai": sorted(m for m in sys.modules if m.startswith("miniai")), '
+            '"heavy": [m for m in ("torchvision", "datasets", "fastprogress", "matplotlib") if m in sys.modules], "numba": "numba" in sys.modules}))')
     res = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.strip() == '[]', res.stdout + res.stderr
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
 
-def test_compare_startup_does_not_compile_the_kernel():
+def test_compare_startup_stays_light(after_import):
+    "Importing miniai.compare (what `miniai-compare` does) loads miniai's core and kernel only: not the saving hook, the learner, the hooks, the datasets or the progress bar."
+    assert after_import['miniai'] == ['miniai', 'miniai.compare', 'miniai.core', 'miniai.kernel'], after_import
+    assert after_import['heavy'] == [], after_import
+
+def test_compare_startup_does_not_compile_the_kernel(after_import):
     "Importing miniai.compare loads the statistics kernel's Python module only: numba is imported (and the loops compiled or loaded) at the first comparison."
-    res = subprocess.run([sys.executable, '-c', 'import sys, miniai.compare; print("numba" in sys.modules)'], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0 and res.stdout.strip() == 'False', res.stdout + res.stderr
+    assert after_import['numba'] is False, after_import

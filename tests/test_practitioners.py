@@ -1,10 +1,10 @@
 """Practitioners' models (issue #31, part): layers picked by glob pattern and by predicates that take the name; hooked layers
-that recorded nothing reported when the recording ends (`NothingRecordedWarning`); a torch.compile'd model refused at
+that recorded nothing reported when the recording ends (`NothingRecordedWarning`); a model compiled in place refused at
 attach / before fit instead of recording zeros; `format_diagnosis` aligned for long layer names; each forward recorded once
 under gradient checkpointing (gradients of checkpointed layers in both `use_reentrant` modes); a module called several times
 per forward reported (`CalledTwiceWarning`); plots readable at 24-50 layers and unchanged at 10 or fewer.
 Real small models trained for a few steps; nothing is downloaded and nothing is compiled (the compiled model is refused
-before its first call, and `torch.compile` compiles lazily)."""
+before its first call, and `torch.compile` compiles lazily; tests/test_compile.py compiles)."""
 import re, warnings
 from collections import OrderedDict
 
@@ -166,27 +166,26 @@ def test_a_warnings_filter_error_raises_after_the_hooks_are_removed():
     assert not hooks_left(m) and [len(h.stats[0]) for h in cb if h.name != 'skip'] == [1, 1]   # what was recorded is kept
 
 
-# 3. a torch.compile'd model: refused, never silent zeros (nothing is compiled: the error comes before the first call)
+# 3. a compiled model: what its compiled code cannot record is refused when attaching, never silent zeros (nothing is compiled:
+# the error comes before the first call); a torch.compile'd model records (tests/test_compile.py)
 
 @pytest.mark.skipif(not hasattr(torch, 'compile'), reason='this torch has no torch.compile')
 def test_attach_and_fit_refuse_a_compiled_model_and_say_what_to_do():
     m = resnetish()
-    cm = torch.compile(m)
-    for cb in (ActivationStats(), HooksCallback(lambda *a: None)):
-        with pytest.raises(ValueError, match=r"is a torch.compile'd model.*record with the uncompiled model.*attach \(or fit\) before compiling"):
-            with cb.attach(cm): pass
-        assert not hooks_left(m) and not cb._sessions
-    with pytest.raises(ValueError, match="torch.compile'd"):
-        Learner(cm, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), ActivationStats()]).fit(1)
-    assert not hooks_left(m)
-    outer = nn.Sequential(nn.Linear(6, 6), torch.compile(nn.Linear(6, 3)))       # a compiled part, named
-    with pytest.raises(ValueError, match=r"the model's layer '1' is compiled by torch.compile, whose"): ActivationStats().attach(outer).__enter__()
-    cb = ActivationStats()
-    with cb.attach(cm._orig_mod): cm._orig_mod(torch.randn(4, 6))                  # the uncompiled model records
-    assert all(len(h.stats[0]) == 1 for h in cb)
     m.compile()                                                                     # nn.Module.compile: compiled in place
-    with pytest.raises(ValueError, match=r"the model is a torch.compile'd model"): ActivationStats().attach(m).__enter__()
+    for cb in (ActivationStats(), HooksCallback(lambda *a: None)):
+        with pytest.raises(ValueError, match=r"the model is compiled in place.*compile with `torch.compile\(model\)` instead.*or attach \(or fit\) before"):
+            with cb.attach(m): pass
+        assert not hooks_left(m) and not cb._sessions
+    with pytest.raises(ValueError, match="compiled in place"):
+        Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), ActivationStats()]).fit(1)
     assert not hooks_left(m)
+    outer = nn.Sequential(nn.Linear(6, 6), nn.Linear(6, 3))
+    outer[1].compile()                                                              # a part compiled in place, named
+    with pytest.raises(ValueError, match=r"the model's layer '1' is compiled in place"): ActivationStats().attach(outer).__enter__()
+    cm = torch.compile(resnetish())                                                 # gradients: hooks compiled code never calls
+    with pytest.raises(ValueError, match=r"`grads=True` .* torch.compile does not call"): ActivationStats(grads=True).attach(cm).__enter__()
+    assert not hooks_left(cm)
 
 
 # format_diagnosis: the layer column as wide as the longest name

@@ -1,0 +1,128 @@
+"""A torch.compile'd model (issue #31): hooks attached after compiling record, each hook call one opaque `miniai::hook` op in the
+compiled graph (no graph break), the numbers the very ones of the eager model; on exit the code compiled before comes back
+(no recompile, nothing hooked). What compiled code cannot do is refused when attaching, saying what to do: a model compiled
+in place (`nn.Module.compile`) and `grads=True`. Tiny models and dynamo's 'eager' / 'aot_eager' backends (no C++ compiler)."""
+import warnings
+import pytest, torch
+from torch import nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from miniai.hooks import HooksCallback, Hook, NothingRecordedWarning
+from miniai.activations import ActivationStats
+from miniai.datasets import DataLoaders
+from miniai.learner import Learner, TrainCB
+
+pytestmark = [pytest.mark.usefixtures('one_thread'),
+              pytest.mark.skipif(not hasattr(torch, 'compile') or not hasattr(torch.library, 'custom_op'),
+                                 reason='this torch has no torch.compile or no torch.library.custom_op')]
+
+dynamo = pytest.importorskip('torch._dynamo')
+
+def cnn():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Conv2d(4, 8, 3, stride=2), nn.ReLU(), nn.Flatten(), nn.Linear(32, 3))
+
+XS = [torch.randn(5, 1, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+
+def hooks_left(model): return [n for n, m in model.named_modules() if m._forward_hooks or m._forward_pre_hooks]
+
+def train(model, run, cb):
+    "Three SGD steps of `run` (the model, or its compiled wrapper) under `cb.attach(run)`."
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with cb.attach(run):
+        for x in XS:
+            F.cross_entropy(run(x), torch.zeros(len(x), dtype=torch.long)).backward()
+            opt.step(); opt.zero_grad()
+    return cb
+
+def counters(): return dict(dynamo.utils.counters['stats']), sum(dynamo.utils.counters['graph_break'].values())
+
+def test_attached_after_compiling_records_the_eager_numbers_without_graph_break():
+    eager = train(m := cnn(), m, ActivationStats())
+    m2 = cnn()
+    cm = torch.compile(m2, backend='aot_eager')
+    cm(XS[0])                                          # compiled before attaching: the usual order
+    dynamo.utils.counters.clear()
+    st = train(m2, cm, ActivationStats())
+    stats, breaks = counters()
+    assert breaks == 0 and stats['unique_graphs'] == 1  # the hooked forward compiled once, in one graph
+    assert st.names == eager.names == ['0', '2', '5']
+    for n in st.names:
+        a, b = eager.recorders['train'][n]['0'], st.recorders['train'][n]['0']
+        assert len(a) == len(b) == 3
+        assert torch.equal(a.means, b.means) and torch.equal(a.stds, b.stds) and torch.equal(a.hists, b.hists)
+    # on exit: nothing hooked, the code compiled before runs again (no new graph), and the op's hooks are gone
+    assert not hooks_left(cm) and 'forward' in vars(cm)
+    out = cm(XS[1])
+    assert counters()[0]['unique_graphs'] == 1 and [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3]
+    assert torch.equal(out, m2(XS[1]))
+
+
+def test_eager_backend_learner_and_a_compiled_part():
+    # the Learner on a compiled model (backend 'eager'); the forward count and the report at the end as for an eager model
+    m = cnn()
+    cm = torch.compile(m, backend='eager')
+    dl = DataLoader(TensorDataset(torch.cat(XS), torch.zeros(15, dtype=torch.long)), batch_size=5)
+    seen = []
+    cb = HooksCallback(lambda h, mod, inp, out: seen.append((h.name, out.shape)), layers=nn.Conv2d)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', NothingRecordedWarning)     # every hooked layer recorded
+        Learner(cm, DataLoaders(dl, dl), F.cross_entropy, lr=0.1, cbs=[TrainCB(), cb]).fit(1)
+    assert cb.calls == {'0': 3, '2': 3} and seen[:2] == [('0', (5, 4, 6, 6)), ('2', (5, 8, 2, 2))]
+    assert not hooks_left(m)
+    # a compiled layer inside an eager model: its hooks record as the others'
+    outer = nn.Sequential(nn.Linear(6, 6), torch.compile(nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3)), backend='eager'))
+    outer[1](torch.randn(2, 6))
+    cb = HooksCallback(lambda *a: None, layers=nn.Linear)
+    with cb.attach(outer): outer(torch.randn(2, 6)); outer(torch.randn(2, 6))
+    assert cb.calls == {'0': 2, '1._orig_mod.0': 2, '1._orig_mod.2': 2} and not hooks_left(outer)
+
+
+def test_hooks_registered_before_compiling_and_keyword_inputs():
+    # attached first, compiled inside the block: the hooks traced as the op too (no graph break); after the block the
+    # compiled code is guarded on the hooks, so the forward that follows is recompiled without them and records nothing
+    m = cnn()
+    cm = torch.compile(m, backend='eager')
+    dynamo.utils.counters.clear()
+    st = train(m, cm, ActivationStats())
+    assert counters()[1] == 0 and [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3]
+    cm(XS[0])
+    assert [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3] and not hooks_left(m)
+    # compiled in place inside the block: the phase hooks `attach` puts on the model are traced as the op too
+    m3, cb = cnn(), HooksCallback(lambda *a: None, layers=nn.Conv2d)
+    dynamo.utils.counters.clear()
+    with cb.attach(m3):
+        m3.compile(backend='eager'); m3(XS[0]); m3.eval()(XS[1]); m3.train()(XS[2])
+    assert counters()[1] == 0 and cb.calls == {'0': 2, '2': 2}      # training forwards only, as in eager code
+    # `with_kwargs` under compile: the keyword tensor reaches the hook as in eager code; a non-tensor input as None
+    class Masked(nn.Module):
+        def __init__(self): super().__init__(); self.lin = nn.Linear(4, 4)
+        def forward(self, x, k=1, *, scale=None): return self.lin(x) * scale * k
+    class Outer(nn.Module):
+        def __init__(self): super().__init__(); self.inner = Masked()
+        def forward(self, x): return self.inner(x, 1, scale=torch.full((1, 4), 2.))
+    o = Outer()
+    co = torch.compile(o, backend='eager')
+    co(torch.randn(3, 4))
+    got = []
+    with Hook(o.inner, lambda h, mod, inp, out: got.append((len(inp), inp[1], sorted(inp.kwargs), inp.kwargs['scale'].sum().item())), with_kwargs=True):
+        with HooksCallback(lambda *a: None, layers='inner').attach(co) as cb: co(torch.randn(3, 4))
+    assert cb.calls == {'inner': 1} and got == [(2, None, ['scale'], 8.0)]
+
+
+def test_what_compiled_code_cannot_do_is_refused_when_attaching():
+    m = cnn()
+    cm = torch.compile(m, backend='eager')
+    with pytest.raises(ValueError, match=r"ActivationStats: `grads=True` records gradients .* torch.compile does not call: record gradients with the uncompiled model"):
+        with ActivationStats(grads=True).attach(cm): pass
+    assert not hooks_left(m) and vars(cm)['forward'] is cm.forward
+    m.compile(backend='eager')                       # compiled in place: no wrapper whose forward could be compiled afresh
+    for cb in (ActivationStats(), HooksCallback(lambda *a: None)):
+        with pytest.raises(ValueError, match=rf"{type(cb).__name__}: the model is compiled in place \(`nn.Module.compile`\).*compile with `torch.compile\(model\)` instead"):
+            with cb.attach(m): pass
+        assert not hooks_left(m) and not cb._sessions
+    outer = nn.Sequential(nn.Linear(6, 6), nn.Linear(6, 3))
+    outer[1].compile(backend='eager')
+    with pytest.raises(ValueError, match=r"the model's layer '1' is compiled in place"): ActivationStats().attach(outer).__enter__()
+    assert not hooks_left(outer)
