@@ -24,8 +24,8 @@ from .findings import finding
 from .core import check_arg
 
 # %% auto #0
-__all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'save', 'load', 'compare',
-           'Hook', 'Hooks', 'HooksCallback']
+__all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
+           'HooksCallback']
 
 # %% ../nbs/10_activations.ipynb #291ec613
 _all_ = ['Hook', 'Hooks', 'HooksCallback']

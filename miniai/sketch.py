@@ -10,6 +10,7 @@ import math, functools, contextlib
 import numpy as np, torch
 from fastcore.basics import patch
 from .kernel import Recorder, Moments, loops_for
+_np_view = torch.Tensor.numpy   # numpy's view of a CPU tensor, bound once as the kernel does: `count_syncs` counts calls of `Tensor.numpy` (a device read on a GPU)
 
 # %% auto #0
 __all__ = ['QuantileSketch']
@@ -259,14 +260,14 @@ class SketchRecorder(Recorder):
             self._acc = torch.zeros(3, dtype=torch.float64) if self.sampling is None else self.sampling.to('cpu', torch.float64, copy=True)
             self.sampling = self._acc
         self._fed = True
-        return (torch.Tensor.numpy(self.sample_index(f.numel(), row, device=f.device)), _skp(sk.level), torch.Tensor.numpy(sk.counts), torch.Tensor.numpy(self._acc))
+        return (_np_view(self.sample_index(f.numel(), row, device=f.device)), _skp(sk.level), _np_view(sk.counts), _np_view(self._acc))
 
     def after_record(self, f, row, m):
         "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`: on the CPU in the compiled pass (see `_fused_sample`) or loop, elsewhere pending until `flush`."
         if self.sketch is None: return
         if self._fed: self._fed = False; return
         if self.sketch.counts.is_cpu and row is None and loops_for(f) is not None:    # taken whole: every value, weight 1
-            return loops_for(f)['sketch'](torch.Tensor.numpy(f), _skp(self.sketch.level), torch.Tensor.numpy(self.sketch.counts))
+            return loops_for(f)['sketch'](_np_view(f), _skp(self.sketch.level), _np_view(self.sketch.counts))
         if row is not None: self._pending.append((f.index_select(0, self.sample_index(f.numel(), row, device=f.device)), Moments(m).count))
         elif f.numel() <= self.sample:                                 # a small tensor, whole: a copy (`f` may be the user's tensor),
             self._whole.append(f.clone())                              # until they hold as many values as the pending samples may

@@ -73,25 +73,25 @@ def test_fused_kernel_switches_only_its_own_thread():
     inside, release, seen = threading.Event(), threading.Event(), {}
     def other():
         with fused_kernel(False):
-            seen['other'] = K._loops_for(x) is None
+            seen['other'] = K.loops_for(x) is None
             inside.set(); release.wait(30)
     t = threading.Thread(target=other); t.start()
     assert inside.wait(30)
-    with fused_kernel(True): seen['main'] = K._loops_for(x) is not None   # waits for the loops to compile if need be
+    with fused_kernel(True): seen['main'] = K.loops_for(x) is not None   # waits for the loops to compile if need be
     release.set(); t.join()
     assert seen == {'other': True, 'main': True}
 
 def test_the_environment_variable_is_read_when_used(monkeypatch):
     x = torch.randn(100)
-    with fused_kernel(True): assert K._loops_for(x) is not None
+    with fused_kernel(True): assert K.loops_for(x) is not None
     monkeypatch.setenv('MINIAI_FUSED', '0')
-    assert K._loops_for(x) is None
+    assert K.loops_for(x) is None
     monkeypatch.delenv('MINIAI_FUSED')
-    assert K._loops_for(x) is not None
+    assert K.loops_for(x) is not None
 
 def test_compiling_rebinds_no_module_function():
     before = {n: getattr(K, n) for n in K._LOOP_NAMES}
-    with fused_kernel(True): loops = K._loops_for(torch.randn(10))
+    with fused_kernel(True): loops = K.loops_for(torch.randn(10))
     assert loops is not None and loops['record'] is not K._record_loop
     assert all(getattr(K, n) is f and isinstance(f, types.FunctionType) for n, f in before.items())
 
