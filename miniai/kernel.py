@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, os, sys, random, subprocess, threading, contextlib, importlib.util, warnings, types
+import math, os, sys, random, subprocess, threading, contextlib, importlib.util, warnings, types, weakref
 from collections import OrderedDict
 import numpy as np, torch
 import fastcore.all as fc
@@ -554,10 +554,20 @@ def _scale_hists(raw, t):
 
 # %% ../nbs/09c_kernel.ipynb #4797216b
 _RUN = 16   # the histogram sample's values come in runs of one cache line
+_KEEP_CAP = 256 * 2**20          # bytes of tensor copies the recorders may keep while the loops compile; beyond it the torch ops run
+_KEEPING = weakref.WeakSet()     # the recorders keeping some
+
+def _keeps(rec, f):
+    "Whether `rec` keeps a copy of CPU tensor `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
+    if 'started' not in _LOOPS or 'record' in _LOOPS or 'failed' in _LOOPS or f.dtype not in (torch.float32, torch.float64) or not f.is_cpu: return False
+    want = getattr(_local, 'fused', None)
+    if want is False or (want is None and not (_FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0')): return False   # the torch ops chosen
+    return sum(r._kept_bytes for r in _KEEPING) + f.numel() * f.element_size() <= _KEEP_CAP
 
 class Recorder:
     "Statistics of one tensor stream, kept on its device until read: a `Moments` row and an |x| histogram per batch (lesson 10), or every batch folded into one row (`fold=True`, run-wide)."
     fold_every = 64
+    _replay, _kept, _kept_bytes = None, (), 0    # see `record` and `flush`
     def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, ranges=True, minmax=True, seed=0):
         "`exact`: bin every value into the histogram; `zeros`, `ranges` (the dead and overflow counts), `minmax`: what the pass counts besides the moments (see `batch_moments`)."
         fc.store_attr('bins,hi,sample,exact,fold,zeros,ranges,minmax,seed')
@@ -566,6 +576,7 @@ class Recorder:
     def reset(self):
         "Forget everything recorded."
         self._rows, self._raw, self._folded, self._cache = [], [], None, None
+        self._kept, self._kept_bytes, self._replay = [], 0, None
         self.n_batches, self._rng, self._tables, self._device, self._consts = 0, random.Random(self.seed), {}, None, {}
 
     def record(self, x):
@@ -573,20 +584,30 @@ class Recorder:
         f = flat_float(x)
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n, self._device = f.numel(), f.device
-        row = self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
-        lo, loops = self.hi / self.bins, loops_for(f)
+        replay, self._replay = self._replay, None      # a kept tensor's (row, hi), passed now (see `flush`)
+        if replay is None: row, hi = (self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None), self.hi
+        else: row, hi = replay
+        lo, loops = hi / self.bins, loops_for(f)
+        if loops is None and replay is None and type(self) is Recorder and _keeps(self, f):
+            # a cold start: the loops compile (seconds) and the torch ops cost several passes; keep a copy, passed in order once they are ready
+            k = f.detach().clone()
+            if not isinstance(self._kept, list): self._kept = []
+            self._kept.append((k, row, hi)); self._kept_bytes += k.numel() * k.element_size(); _KEEPING.add(self)
+            self.n_batches += 1; self._cache = None
+            return
+        if self._kept and replay is None: self.flush()
         if loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
-            m, raw = _cpu_pass(loops, f, float(lo), float(self.hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, _RUN,
-                               float(self.bins / self.hi), None if self.fold else self.bins,
+            m, raw = _cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, _RUN,
+                               float(self.bins / hi), None if self.fold else self.bins,
                                None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
         else:
-            m = _moments_torch(f, lo, self.hi, self.zeros, self.ranges, self.minmax, self._consts)
-            raw = None if self.fold else _sample_bins_torch(f, self.bins, self.hi, None if row is None else self._run_index(n, row), self._consts)
+            m = _moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
+            raw = None if self.fold else _sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
         self._rows.append(m)
         if raw is not None: self._raw.append(raw)
         if type(self).after_record is not Recorder.after_record: self.after_record(f, row, m)   # a subclass's: no call otherwise
-        self.n_batches += 1
+        if replay is None: self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()
 
@@ -618,10 +639,13 @@ class Recorder:
         return tab[row]
 
     def flush(self):
-        "Finish pending work (none here; `SketchRecorder` adds its pending samples to its sketch)."
+        "Finish pending work: the passes of the tensors kept while the loops compiled, in the order recorded (with the loops when ready, else the torch ops); every read does it first. (`SketchRecorder` also adds its pending samples to its sketch.)"
+        kept, self._kept, self._kept_bytes = self._kept, [], 0
+        for k, row, hi in kept: self._replay = (row, hi); self.record(k)
     def __len__(self): return self.n_batches
 
     def _fold(self):
+        if self._kept: self.flush()
         rows = self._rows if self._folded is None else [self._folded] + self._rows
         self._folded, self._rows = Moments(torch.stack(rows)).fold().t, []
 
@@ -629,6 +653,7 @@ class Recorder:
 @patch
 def _host(self:Recorder):
     "The per-batch rows and histograms on the host, read once after each change: `(rows, hists)`."
+    if self._kept: self.flush()   # tensors kept while the loops compiled
     if self.fold: raise AttributeError("a folded Recorder keeps no rows per batch: read `total`")
     if self._cache is None:
         if not self._rows: self._cache = (Moments.empty(0).t, torch.zeros(0, self.bins + 1))
@@ -685,6 +710,7 @@ def stats(self:Recorder):
 @patch(as_prop=True)
 def total(self:Recorder):
     "The `Moments` of everything recorded, as one row on the recording device."
+    if self._kept: self.flush()   # tensors kept while the loops compiled
     rows = ([self._folded] if self._folded is not None else []) + self._rows
     return Moments(torch.stack(rows)).fold() if rows else Moments.empty()
 
@@ -702,6 +728,7 @@ def merge(self:Recorder, other):
 @patch
 def to(self:Recorder, device):
     "Move what the recorder holds (per-batch rows, raw sample bins, folded total) to `device`; returns the recorder."
+    if self._kept: self.flush()   # tensors kept while the loops compiled
     self._rows, self._raw = [r.to(device) for r in self._rows], [r.to(device) for r in self._raw]
     if self._folded is not None: self._folded = self._folded.to(device)
     return self
@@ -714,12 +741,14 @@ def load_total(self:Recorder, total, n_batches=None):
     if not isinstance(t, torch.Tensor) or t.shape != (len(FIELDS),) or t.dtype != torch.float64:
         raise ValueError(f"load_total: `total` must be one Moments row (float64, {len(FIELDS)} fields), got {getattr(t, 'shape', type(t).__name__)}")
     self._folded, self._rows, self._cache = t.clone(), [], None
+    self._kept, self._kept_bytes = [], 0           # replaced: what was kept while the loops compiled goes too
     if n_batches is not None: self.n_batches = n_batches
     return self
 
 @patch
 def state_dict(self:Recorder):
     "What the recorder holds, on its device (no host sync): `rows` (float64 `[k, len(FIELDS)]`: one `Moments` row per batch, or, folded, the rows not folded yet), `raw` (int64 `[k, bins+2]`: the raw sample bins per batch; 0 rows when folded), `folded` (the folded row, or None) and `n_batches`."
+    if self._kept: self.flush()   # tensors kept while the loops compiled
     dev = self._rows[0].device if self._rows else self._folded.device if self._folded is not None else 'cpu'
     rows = torch.stack(self._rows) if self._rows else torch.zeros(0, len(FIELDS), dtype=torch.float64, device=dev)
     raw = torch.stack(self._raw) if self._raw else torch.zeros(0, self.bins + 2, dtype=torch.int64, device=dev)
@@ -744,6 +773,7 @@ def load_state_dict(self:Recorder, sd):
     why = _check_state(self, sd)
     if why: raise ValueError(f"load_state_dict: {why}")
     self._rows, self._raw = list(sd['rows'].unbind(0)), list(sd['raw'].unbind(0))
+    self._kept, self._kept_bytes = [], 0           # replaced: what was kept while the loops compiled goes too
     self._folded, self.n_batches, self._cache = sd['folded'], sd['n_batches'], None
     return self
 

@@ -1,0 +1,116 @@
+"""A cold start (#30): while numba compiles the kernel's loops, a `Recorder` keeps a copy of each CPU tensor (about one read
+and one write, instead of the torch ops' several float64 passes) and passes the copies, in order, once the loops are ready
+or a read asks for them. Checked here by putting the kernel in its compiling state: the numbers are bit for bit those of a
+recorder that never waited, the user's tensors are never touched, the copies stay within their cap, and nothing leaks."""
+import gc, contextlib, weakref
+import pytest, torch
+import miniai.kernel as K
+from miniai.kernel import Recorder, fused_kernel
+
+@contextlib.contextmanager
+def compiling():
+    "The kernel as it is while its loops compile in the background: started, not ready, not failed."
+    saved = dict(K._LOOPS)
+    K._LOOPS.clear(); K._LOOPS.update(started=True, cached=False)
+    try: yield
+    finally: K._LOOPS.clear(); K._LOOPS.update(saved)
+
+def batches(n=6, seed=0):
+    "Structured batches: columns of other scales, a head unlike the tail, a strided view, NaN and Inf, float32 and float64."
+    g = torch.Generator().manual_seed(seed)
+    res = []
+    for i in range(n):
+        x = torch.randn(64, 300, generator=g) * torch.logspace(-3, 3, 300)
+        x[0, :7] = 1e6
+        if i % 3 == 1: x = x.t()                       # not contiguous
+        if i % 3 == 2: x = x.double(); x[5, 5] = float('nan'); x[6, 6] = float('inf')
+        res.append(x)
+    return res
+
+def bits(rec):
+    sd = rec.state_dict()
+    return sd['rows'].view(torch.int64), sd['raw'], rec.hists
+
+def same(a, b):
+    for x, y in zip(bits(a), bits(b)): assert torch.equal(x, y)
+
+def warm():
+    with fused_kernel(True): Recorder().record(torch.ones(4))     # the loops loaded before the kernel is set back to compiling
+
+def test_kept_tensors_are_passed_by_the_loops_in_order_bit_for_bit():
+    warm()
+    xs, ref = batches(), Recorder(minmax=True, zeros=True, seed=3)
+    for x in xs: ref.record(x)
+    rec = Recorder(minmax=True, zeros=True, seed=3)
+    with compiling():
+        for x in xs: rec.record(x)
+        assert len(rec) == len(xs) and len(rec._kept) == len(xs) and not rec._rows   # kept, not passed
+        for x in xs: x.mul_(0)                                                      # the user's tensors change: the copies do not
+    same(rec, ref)                       # the read passes them, with the loops now ready
+    assert not rec._kept and rec._kept_bytes == 0
+
+def test_a_read_while_compiling_takes_the_torch_ops_as_without_the_loops():
+    warm()
+    xs = batches(4, seed=1)
+    with fused_kernel(False):
+        ref = Recorder(seed=5)
+        for x in xs: ref.record(x)
+    rec = Recorder(seed=5)
+    with compiling():
+        for x in xs[:2]: rec.record(x)
+        rec.means                        # a read now: the kept two pass through the torch ops
+        assert not rec._kept
+        for x in xs[2:]: rec.record(x)   # kept again
+        assert len(rec._kept) == 2
+        same(rec, ref)
+
+def test_the_copies_stay_within_their_cap_and_order_holds(monkeypatch):
+    warm()
+    xs = batches(5, seed=2)
+    one = xs[0].numel() * 4
+    monkeypatch.setattr(K, '_KEEP_CAP', 2 * one)
+    with fused_kernel(False):
+        ref = Recorder(seed=1)
+        for x in xs: ref.record(x)
+    rec, other = Recorder(seed=1), Recorder(seed=1)
+    with compiling():
+        rec.record(xs[0]); other.record(xs[0])          # the cap counts every recorder's copies
+        assert rec._kept_bytes == one and len(other._kept) == 1
+        for x in xs[1:]: rec.record(x)                 # over the cap: what was kept passes first, then the torch ops
+        assert sum(r._kept_bytes for r in K._KEEPING) <= K._KEEP_CAP
+        same(rec, ref)
+    gone = weakref.ref(other)
+    del other; gc.collect()
+    assert gone() is None and gone not in [weakref.ref(r) for r in K._KEEPING]     # a recorder dropped with its copy: nothing left held
+    assert sum(r._kept_bytes for r in K._KEEPING) == 0                             # `rec`'s were passed by the read above
+
+def test_what_keeps_nothing():
+    "The torch ops chosen (`fused_kernel(False)`), a subclass (it may read its own state per record), a device tensor: no copies."
+    warm()
+    class Sub(Recorder):
+        def after_record(self, f, row, m): self.seen = True
+    x = torch.randn(1000)
+    with compiling():
+        with fused_kernel(False):
+            r = Recorder(); r.record(x); assert not r._kept and len(r._rows) == 1
+        s = Sub(); s.record(x); assert not s._kept and s.seen
+        r = Recorder()
+        with torch.inference_mode(): r.record(x)       # kept in inference mode, passed outside it
+        assert len(r._kept) == 1
+    assert len(r.means) == 1 and not r._kept
+
+def test_state_dict_and_loading_drop_or_pass_the_copies():
+    warm()
+    xs = batches(3, seed=4)
+    ref = Recorder(seed=2)
+    for x in xs: ref.record(x)
+    rec = Recorder(seed=2)
+    with compiling():
+        for x in xs: rec.record(x)
+    sd = rec.state_dict()                              # passes the kept ones first
+    assert sd['n_batches'] == 3 and not rec._kept
+    same(rec, ref)
+    other = Recorder(seed=2)
+    with compiling(): other.record(xs[0])
+    other.load_state_dict(ref.state_dict())            # replaced: the copy goes
+    assert not other._kept and other._kept_bytes == 0 and len(other) == 3
