@@ -403,11 +403,15 @@ def _cached():
         if any(f.startswith('kernel._record_loop-') and f.endswith('.nbi') and os.path.getmtime(os.path.join(root, f)) >= mtime for f in files): return True
     return False
 
+# the compiling process: the lowest priority (nice 19) and, where Linux has it, SCHED_IDLE, so that it runs only on a core training leaves idle
+_CHILD = ("import os\nos.nice(19)\ntry: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nexcept (AttributeError, OSError): pass\n"
+          "import miniai.kernel as K; K._compile_loops()")
+
 def _compile_in_background():
-    "Compile the loops in a child process at the lowest priority (it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
+    "Compile the loops in a child process at the lowest priority (`_CHILD`; it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
     if not _cached() and '__file__' in globals():
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get('PYTHONPATH', '')]))
-        try: subprocess.run([sys.executable, '-c', 'import os; os.nice(19); import miniai.kernel as K; K._compile_loops()'], env=env, timeout=900,
+        try: subprocess.run([sys.executable, '-c', _CHILD], env=env, timeout=900,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except Exception: pass
     _compile_loops()

@@ -325,8 +325,8 @@ def test_miniai_callbacks_run_in_the_courses_learner(dls):
 
 def test_signatures_read_once_not_per_batch(dls, monkeypatch):
     "`run_cbs` reads a method's signature once per class and method: a second fit reads none."
-    from miniai.kernel import batch_moments, Recorder
-    batch_moments(torch.ones(10)); Recorder().record(torch.ones(10))   # compile the CPU loops first: numba reads many signatures when it compiles
+    from miniai.kernel import batch_moments, Recorder, fused_kernel
+    with fused_kernel(True): batch_moments(torch.ones(10)); Recorder().record(torch.ones(10))   # the CPU loops ready first (it waits for them): numba reads many signatures when it compiles or loads them
     calls = []
     real = inspect.signature
     monkeypatch.setattr(inspect, 'signature', lambda *a, **k: calls.append(a[0]) or real(*a, **k))
