@@ -68,7 +68,8 @@ def test_the_copies_stay_within_their_cap_and_order_holds(monkeypatch):
     warm()
     xs = batches(5, seed=2)
     one = xs[0].numel() * 4
-    monkeypatch.setattr(K, '_KEEP_CAP', 2 * one)
+    held = sum(r._kept_bytes for r in K._KEEPING)     # copies other recorders of this process may hold (a loaded machine's slow first load)
+    monkeypatch.setattr(K, '_KEEP_CAP', held + 2 * one)
     with fused_kernel(False):
         ref = Recorder(seed=1)
         for x in xs: ref.record(x)
@@ -82,7 +83,7 @@ def test_the_copies_stay_within_their_cap_and_order_holds(monkeypatch):
     gone = weakref.ref(other)
     del other; gc.collect()
     assert gone() is None and gone not in [weakref.ref(r) for r in K._KEEPING]     # a recorder dropped with its copy: nothing left held
-    assert sum(r._kept_bytes for r in K._KEEPING) == 0                             # `rec`'s were passed by the read above
+    assert rec._kept_bytes == 0 and sum(r._kept_bytes for r in K._KEEPING) <= held   # `rec`'s were passed by the read above
 
 def test_what_keeps_nothing():
     "The torch ops chosen (`fused_kernel(False)`), a subclass (it may read its own state per record), a device tensor: no copies."
