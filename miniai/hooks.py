@@ -51,21 +51,11 @@ _hook_keys = _shared.keys
 _TOKEN = torch.zeros(1)                 # what the op says it writes, so that no compiler drops it as unused
 _is_compiling = getattr(torch.compiler, 'is_dynamo_compiling', torch.compiler.is_compiling)
 
-def _flat(o, prefix=''):
-    "`tensor_items`, in the few steps dynamo traces: `(key, tensor)` of a tensor, tuple, list or dict, nested keys with '.'."
-    if isinstance(o, torch.Tensor): return [(prefix or '0', o)]
-    if isinstance(o, dict): items = list(o.items())
-    elif isinstance(o, (tuple, list)): items = list(enumerate(o))
-    else: return []
-    res = []
-    for k, v in items: res += _flat(v, f'{prefix}.{k}' if prefix else str(k))
-    return res
-
 def _traced_call(key, args):
     "What traced code runs for a hook call: the `miniai::hook` op, given the hook's key, each argument's tensors and their layout."
     parts, ts = [], []
     for a in args[1:]:                                   # args[0] is the module, known to the hook
-        items = _flat(a)
+        items = tensor_items(a)
         kind = 't' if isinstance(a, torch.Tensor) else 'd' if isinstance(a, dict) else f'l{len(a)}\x02' if isinstance(a, (tuple, list)) else 'n'
         parts.append(kind + '\x00'.join(k for k, _ in items))
         ts += [t for _, t in items]
