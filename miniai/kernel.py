@@ -595,7 +595,6 @@ class Recorder:
         if loops is None and replay is None and type(self) is Recorder and _keeps(self, f):
             # a cold start: the loops compile (seconds) and the torch ops cost several passes; keep a copy, passed in order once they are ready
             k = f.detach().clone()
-            if not isinstance(self._kept, list): self._kept = []
             self._kept.append((k, row, hi)); self._kept_bytes += k.numel() * k.element_size(); _KEEPING.add(self)
             self.n_batches += 1; self._cache = None
             return
