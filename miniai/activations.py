@@ -14,7 +14,7 @@ import fastcore.all as fc
 from .datasets import *
 from .learner import *
 from .kernel import *
-from .kernel import row_moments
+from .kernel import row_moments, prepare_loops
 from .hooks import *
 from .hooks import default_layers
 from .hooks import HookFn, tensor_items, skip_reason, other_names
@@ -153,6 +153,7 @@ class ActivationStats(HooksCallback):
         self.per_channel = (1 if per_channel is True else None if per_channel is False else int(per_channel))
         self._auto = isinstance(hi, str)
         self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
+        prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
 
     def before_fit(self, learn):
         joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing

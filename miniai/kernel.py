@@ -178,21 +178,28 @@ def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True, consts=No
 # fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
 _BLOCK = 4096
 
-def _block_loop(x, K, lo, hi, counts):
-    "Σd, Σd² (d = x - K, in float64) and, when `counts`, the counts of |x| < lo, |x| >= hi and x == 0 of block `x` (a view of one block, read from 0: a loop from an offset into the whole array did not vectorise, 4x slower)."
+def _block_loop(x, K, lo, hi, ranges, zeros):
+    "Σd, Σd² (d = x - K, in float64) and, when asked, the counts of |x| < lo and |x| >= hi (`ranges`) and of x == 0 (`zeros`) of block `x` (a view of one block, read from 0: a loop from an offset into the whole array did not vectorise, 4x slower)."
     one, nil = x.dtype.type(1), x.dtype.type(0)
     q = c = 0.
     for i in range(x.size):             # the moments alone: float32 values and float64 sums in one loop vectorise well,
         d = np.float64(x[i]) - K         # with the float32 counts beside them they did not (twice the time of two loops)
         q += d * d; c += d
     l = h = z = nil
-    if counts:                           # the block again, from the cache
+    if ranges and zeros:                 # the block again, from the cache, counting only what is asked (each count costs)
         for i in range(x.size):
             v = x[i]
             a = abs(v)
             l += one if a < lo else nil
             h += one if a >= hi else nil
             z += one if v == nil else nil
+    elif ranges:
+        for i in range(x.size):
+            a = abs(x[i])
+            l += one if a < lo else nil
+            h += one if a >= hi else nil
+    elif zeros:
+        for i in range(x.size): z += one if x[i] == nil else nil
     return c, q, l, h, z
 
 def _bits_loop(ints, uints, smin, smax, umax):
@@ -232,7 +239,6 @@ def _slow_block(x, st, e):
 def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
     "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN). The values at the sorted positions `sidx` (a sketch's sample) into `g` as float64, each block's while it is in the cache."
     lo, hi = x.dtype.type(low), x.dtype.type(high)
-    counts = zeros or ranges
     n, mean, m2 = 0., 0., 0.
     K0, off = 0., 0.           # block means are merged as offsets from the first one: small numbers, merged precisely
     nan = pinf = ninf = 0
@@ -244,10 +250,10 @@ def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
         e = min(st + _BLOCK, x.size)
         K = np.float64(x[st])
         xb = x[st:e]
-        c, q, l, h, z = _block_loop(xb, K, lo, hi, counts)
+        c, q, l, h, z = _block_loop(xb, K, lo, hi, ranges, zeros)
         if np.isfinite(q) and c * c > 0.5 * q * (e - st):   # K (a head unlike the rest) lies over a std from the block mean:
             K = K + c / (e - st)                             # its distance would cost precision, so the block is read again
-            c, q, _, _, _ = _block_loop(xb, K, lo, hi, False)        # around its mean (rare: the block is still in the cache)
+            c, q, _, _, _ = _block_loop(xb, K, lo, hi, False, False)        # around its mean (rare: the block is still in the cache)
         n_low += l; n_high += h; n_zero += z
         while p < sidx.size and sidx[p] < e:
             g[p] = x[sidx[p]]; p += 1
@@ -466,8 +472,8 @@ def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
 
 # %% ../nbs/09c_kernel.ipynb #a27667e8
-def loops_for(x):
-    "The compiled loops when they compute `x`'s statistics (a CPU float32/float64 tensor, and the loops chosen and ready), else None."
+def loops_for(x, wait=True):
+    "The compiled loops when they compute `x`'s statistics (a CPU float32/float64 tensor, and the loops chosen and ready), else None. While they load from numba's disk cache the first call waits for them (at most `_FIRST_WAIT` seconds), unless `wait=False` (a caller that can keep the tensor for later)."
     if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
     want = getattr(_local, 'fused', None)
     if want is None:
@@ -476,8 +482,13 @@ def loops_for(x):
         if 'record' in _LOOPS: return _LOOPS
         if _FUSED[0] is not _HAVE_NUMBA: return _loops(None)
         _start_compiling()
-        return _loops(_FIRST_WAIT if _LOOPS['cached'] else 0)     # a cached load is quick: wait for it; a compile is not
+        return _loops(_FIRST_WAIT if _LOOPS['cached'] and wait else 0)     # a cached load is quick: wait for it; a compile is not
     return _loops(None) if want else None
+
+def prepare_loops():
+    "Start getting the compiled loops ready now, in the background: loaded from numba's disk cache, or compiled in a child process. `ActivationStats` and the collector call it when they are made, so that their first training step neither waits for a load nor pays for starting the compiler. Nothing when the torch ops are chosen (`MINIAI_FUSED=0`, `fused_kernel(False)`, no numba)."
+    if 'started' in _LOOPS or not _FUSED[0] or getattr(_local, 'fused', None) is False or os.environ.get('MINIAI_FUSED', '1') == '0': return
+    _start_compiling()
 
 # %% ../nbs/09c_kernel.ipynb #c38c5f71
 def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
@@ -591,7 +602,7 @@ class Recorder:
         replay, self._replay = self._replay, None      # a kept tensor's (row, hi), passed now (see `flush`)
         if replay is None: row, hi = (self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None), self.hi
         else: row, hi = replay
-        lo, loops = hi / self.bins, loops_for(f)
+        lo, loops = hi / self.bins, loops_for(f, wait=replay is not None or type(self) is not Recorder)   # a plain recorder keeps the tensor rather than wait
         if loops is None and replay is None and type(self) is Recorder and _keeps(self, f):
             # a cold start: the loops compile (seconds) and the torch ops cost several passes; keep a copy, passed in order once they are ready
             k = f.detach().clone()

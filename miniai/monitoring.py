@@ -69,9 +69,13 @@ class StatisticsCB(HooksCallback):
         elif self.config.every not in (1, every):
             raise ValueError(f"StatisticsCB: `every` ({every!r}) and `config.every` ({self.config.every}) disagree; give it once")
         self.stats = ActivationStatisticsHook(replace(self.config, every=1))   # the callback picks the batches
-        super().__init__(self.stats.hook, layers, on_train=on_train, on_valid=on_valid, every=every)
+        super().__init__(self.stats.hook, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=self.stats.hook_cls)   # its hooks also take the parameters' `.grad` with `collect_param_grads`
         self.check_every, self.thresholds, self.per_epoch = check_every, _thresholds(thresholds, limits, 'StatisticsCB'), per_epoch
         self.alerts, self.history, self._warned, self._batches = [], [], set(), 0
+
+    def recompute(self, hook, *args, **kwargs):
+        "A checkpoint's recomputation: the collector's own (gradients owed with `collect_param_grads`)."
+        self.stats.recompute(hook, *args, **kwargs)
 
     def check(self):
         "Check the statistics now: returns the findings (see `check_statistics`), keeps them in `alerts` with the epoch, batch and sentence, and warns (`ActivationWarning`) once per layer and issue."

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math, json, warnings, datetime
 from dataclasses import dataclass, field, asdict
 import numpy as np, torch, torch.distributed as dist
+from functools import partial
 from fastcore.basics import patch
 
 from .kernel import FIELDS, Moments
+from .kernel import row_moments, prepare_loops
 from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
-from .hooks import Hooks, tensor_items, skip_reason, select_modules, other_names, recomputing
+from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing
 from .core import write_json, to_host, json_safe, recording_paused, check_arg
 
 # %% auto #0
@@ -56,6 +58,10 @@ class StatisticsConfig:
     # Beyond the usual API
     collect_input: bool = True        # also collect the statistics of each module's input
     exact: bool = False               # every value of every batch into the sketch, no sampling (slower); moments are exact either way
+    # Parameters and channels
+    collect_weights: bool = False     # each hooked module's own parameters (`named_parameters(recurse=False)`) as its forward sees them, on the recorded calls
+    collect_param_grads: bool = False # their `.grad` after each backward that follows a recorded training call (read only; needs `attach`'s hooks)
+    per_channel: bool|int = False     # exact per-channel count, mean, std, min and max of each input and output stream: channels on dim 1 (True) or on the dim given; weights (2+ dims) per output channel (dim 0)
 
     def __post_init__(self):
         self.collect_percentiles = list(self.collect_percentiles or [])
@@ -69,6 +75,13 @@ class StatisticsConfig:
         if self.histogram_bins > MAX_HISTOGRAM_BINS:
             raise ValueError(f"histogram_bins must be at most MAX_HISTOGRAM_BINS={MAX_HISTOGRAM_BINS} (8 bytes per bin and histogram when read), got {self.histogram_bins}")
         if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
+        for k in ('collect_weights', 'collect_param_grads'):
+            if not isinstance(getattr(self, k), (bool, np.bool_)): raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
+            setattr(self, k, bool(getattr(self, k)))
+        pc = self.per_channel
+        if isinstance(pc, (bool, np.bool_)): self.per_channel = bool(pc)
+        elif isinstance(pc, (int, np.integer)): self.per_channel = int(pc)
+        else: raise TypeError(f"per_channel must be True (channels on dim 1), False or the channel dim (an int), got {pc!r}")
         mb = self.max_memory_mb
         if mb is not None and not (_is_number(mb) and math.isfinite(mb) and mb >= 0):
             raise ValueError(f"max_memory_mb must be a finite number >= 0 (None: no limit), got {mb!r}")
@@ -121,7 +134,7 @@ class TensorStatistics:
 
 @dataclass
 class ModuleStatistics:
-    "Run-wide statistics of one module: its (first) input and output tensors, and all of them in `inputs`/`outputs`."
+    "Run-wide statistics of one module: its (first) input and output tensors, all of them in `inputs`/`outputs`, its own parameters and their gradients in `params`/`param_grads` ({parameter name: `TensorStatistics`}), and per-channel statistics in `channels` ({'output', 'input', 'output[key]'...: {'dim', 'count', 'nonfinite', 'mean', 'std', 'min', 'max'}})."
     name: str
     input_stats: TensorStatistics|None = None
     output_stats: TensorStatistics|None = None
@@ -131,6 +144,9 @@ class ModuleStatistics:
     calls: int = 0                       # all calls, recorded or skipped (`every`)
     inputs: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
+    params: dict = field(default_factory=dict)       # {'weight': TensorStatistics...}, with `collect_weights`
+    param_grads: dict = field(default_factory=dict)  # {'weight': TensorStatistics...} of their `.grad`, with `collect_param_grads`
+    channels: dict = field(default_factory=dict)     # {'output': {'dim', 'count', 'nonfinite', 'mean', 'std', 'min', 'max'} (lists, one per channel)..., 'param[weight]': ...}, with `per_channel`
 
 # %% ../nbs/10a_statistics.ipynb #e7dba73b
 def _put(d, key, v, reason):
@@ -142,6 +158,25 @@ def _put(d, key, v, reason):
 _SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
 _BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
 
+class _Channels:
+    "Exact run-wide statistics of each of the `n` channels (on dim `dim`) of a stream: one `Moments` row per channel, float64 on the stream's device, each batch's rows (`row_moments`) folded in by Chan's formula. No host sync."
+    def __init__(self, dim, n, device):
+        self.dim, self.n, self.total = dim, n, Moments.empty(n, device=device)
+    @property
+    def nbytes(self): return self.n * len(FIELDS) * 8
+    def record(self, t):
+        "Add tensor `t` (channels on `self.dim`; only read: the moved view is copied when it is not contiguous)."
+        a = t.detach().movedim(self.dim, 0)
+        m = row_moments(a.reshape(self.n, -1), zeros=False, ranges=False)
+        self.total = Moments.stack([self.total, m.to(self.total.t.device)]).fold(0)
+    def merge(self, other): self.total = Moments.stack([self.total, other.total.to(self.total.t.device)]).fold(0)
+    def to(self, device): self.total = self.total.to(device); return self
+
+def _channel_dim(t, d):
+    "`d` as a dim of `t` (negative dims counted from the end), or None when `t` has no such dim beside others."
+    if t.ndim < 2 or not -t.ndim <= d < t.ndim: return None
+    return d % t.ndim
+
 class _Stream(SketchRecorder):
     "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
     @normal_tensors()
@@ -150,12 +185,14 @@ class _Stream(SketchRecorder):
         self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64)
         self.filled = 0                                  # values in buf (host int: known from shapes)
         self.complete = self.buf is not None             # buf holds every value seen
+        self.channels = None                             # a `_Channels` with `per_channel`
         self.load_total(Moments.empty()).to(device)      # so that `total` lives on the stream's device from the start
 
     @property
     def nbytes(self):
         "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
-        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0)
+        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0) + \
+               (self.channels.nbytes if self.channels is not None else 0)
 
     def drop_buffer(self):
         "Release the exact buffer: percentiles come from the sketch from now on."
@@ -172,6 +209,7 @@ class _Stream(SketchRecorder):
                 self.filled += n
             else: self.drop_buffer()
         self.record(x)
+        if self.channels is not None: self.channels.record(x)
 
     @normal_tensors()
     def to(self, device):
@@ -182,6 +220,7 @@ class _Stream(SketchRecorder):
         if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
         if self.sampling is not None: self.sampling = self.sampling.to(self.device)
         if self.buf is not None: self.buf = self.buf.to(self.device)
+        if self.channels is not None: self.channels.to(self.device)
         return self
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
@@ -190,12 +229,14 @@ class StatisticsCollector:
     def __init__(self, config: StatisticsConfig = None):
         self.config = config if config is not None else StatisticsConfig()
         self.reset()
+        prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
 
     def reset(self):
         "Forget everything collected (the config stays)."
         cfg = self.config
         self._streams, self._modules, self.skipped, self.memory_log = {}, {}, {}, []
         self.call_count, self._warned = 0, False
+        self._grads_owed, self._pgrad_owed = {}, set()   # recorded no-grad training calls whose checkpoint recomputation owes the `.grad`; (module, parameter) whose next `.grad` is recorded
         self._wants_sketch = bool(cfg.collect_percentiles) or cfg.collect_histogram
         self._use_sketch, self._level = self._wants_sketch, 0
         self._use_buffer = bool(cfg.max_samples) and bool(cfg.collect_percentiles)
@@ -206,14 +247,16 @@ class StatisticsCollector:
         return sum(s.nbytes for s in self._streams.values())
 
     # ----- collecting
-    def update_statistics(self, name, input, output, training=True):
-        "Record `input` and `output` (tensors or nests of them) under module name `name`, a call in training mode unless `training=False` (see `every`); no host sync."
+    def update_statistics(self, name, input, output, training=True, module=None):
+        "Record `input` and `output` (tensors or nests of them) under module name `name`, a call in training mode unless `training=False` (see `every`); with `module`, also its own parameters (`collect_weights`). No host sync."
         cfg = self.config
         meta = self._module_meta(name)
         meta['calls'] += 1
         if training:
             meta['train_calls'] += 1
             if (meta['train_calls'] - 1) % cfg.every: return
+        d = cfg.per_channel if cfg.per_channel is not True else 1
+        d = None if d is False else d
         parts = ([('input', input)] if cfg.collect_input else []) + [('output', output)]
         for kind, obj in parts:
             items = tensor_items(obj)
@@ -222,12 +265,54 @@ class StatisticsCollector:
                 sname = f'{name}.{kind}' + ('' if key == '0' else f'[{key}]')
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
-                stream = self._stream((name, kind, key), t.device, sname)
-                if stream is not None: stream.update(t)
+                self._update(stream_key=(name, kind, key), t=t, sname=sname, dim=d)
+        if module is not None and (cfg.collect_weights or cfg.collect_param_grads): self._record_params(name, module, training)
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
         meta['last_updated'] = datetime.datetime.now().isoformat(timespec='seconds')
+
+    def _update(self, stream_key, t, sname, dim=None):
+        "Add tensor `t` to the stream `stream_key` (made the first time, room allowing), and to its per-channel statistics (on dim `dim`, when not None)."
+        cd = None if dim is None else _channel_dim(t, dim)
+        if dim is not None and cd is None: self._skip(f'{sname}.channels', f'shape {tuple(t.shape)} has no channel dim {dim} beside others')
+        stream = self._stream(stream_key, t.device, sname, None if cd is None else (cd, t.shape[cd]))
+        if stream is None: return
+        ch = stream.channels
+        if ch is not None and (cd is None or (cd, t.shape[cd]) != (ch.dim, ch.n)):     # host ints: no sync
+            stream.channels = None
+            self._skip(f'{sname}.channels', f'dropped: {ch.n} channels on dim {ch.dim}, then a tensor of shape {tuple(t.shape)}')
+        stream.update(t)
+
+    def _record_params(self, name, module, training):
+        "The module's own parameters as its forward sees them (`collect_weights`); in a training call with grad, their next `.grad` owed (`collect_param_grads`)."
+        cfg = self.config
+        for pn, p in module.named_parameters(recurse=False):
+            sname = f'{name}.param[{pn}]'
+            reason = skip_reason(p) or ('complex dtype' if p.is_complex() else None)
+            if reason:
+                if cfg.collect_weights: self._skip(sname, reason)
+                continue
+            if cfg.collect_weights: self._update((name, 'param', pn), p, sname, 0 if cfg.per_channel is not False and p.ndim > 1 else None)   # per output channel, as torch.ao's weight observers
+            if cfg.collect_param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
+        if cfg.collect_param_grads and training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
+            self._grads_owed[name] = self._grads_owed.get(name, 0) + 1              # its recomputation in backward owes the `.grad`
+
+    def _param_grad(self, name, pn, p):
+        "Parameter `pn` of module `name` after backward accumulated its `.grad`: recorded (read only) when a recorded training call owes it."
+        if (name, pn) not in self._pgrad_owed: return
+        self._pgrad_owed.discard((name, pn))
+        g, sname = p.grad, f'{name}.param_grad[{pn}]'
+        reason = 'no .grad' if g is None else 'sparse gradient' if g.is_sparse else skip_reason(g)
+        if reason: self._skip(sname, reason)
+        else: self._update((name, 'param_grad', pn), g, sname)
+
+    def recompute(self, hook, module, input, output):
+        "A checkpoint's recomputation (in backward) of a call of `hook`'s module: nothing is recorded again; a recorded training call run without grad (`use_reentrant=True`) is owed its parameters' `.grad` of this backward."
+        name = hook.name
+        if not self._grads_owed.get(name) or not torch.is_grad_enabled(): return   # not owed, or a nested checkpoint's forward
+        self._grads_owed[name] -= 1
+        self._pgrad_owed.update((name, pn) for pn, p in module.named_parameters(recurse=False) if p.requires_grad)
 
     def _module_meta(self, name): return self._modules.setdefault(name, dict(calls=0, train_calls=0, n_updates=0, total_samples=0, last_updated=None))
 
@@ -235,11 +320,13 @@ class StatisticsCollector:
 
 # %% ../nbs/10a_statistics.ipynb #ffc6861d
 @patch
-def _stream(self:StatisticsCollector, key, device, sname):
-    "The stream of statistic `key`, made on `device` the first time if the memory budget allows (else None)."
-    if key not in self._streams and self._make_room(sname):
-        self._streams[key] = _Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
-                                     exact=self.config.exact, zeros=self.config.collect_sparsity)
+def _stream(self:StatisticsCollector, key, device, sname, channels=None):
+    "The stream of statistic `key`, made on `device` the first time if the memory budget allows (else None); `channels`: `(dim, n)` of its per-channel statistics."
+    if key not in self._streams and self._make_room(sname, 0 if channels is None else channels[1] * len(FIELDS) * 8):
+        s = _Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
+                    exact=self.config.exact, zeros=self.config.collect_sparsity)
+        if channels is not None: s.channels = _Channels(*channels, device)
+        self._streams[key] = s
     return self._streams.get(key)
 
 @patch
@@ -248,10 +335,10 @@ def _need(self:StatisticsCollector):
            (8*self.config.max_samples if self._use_buffer else 0)
 
 @patch
-def _make_room(self:StatisticsCollector, sname):
+def _make_room(self:StatisticsCollector, sname, extra=0):
     if self.config.max_memory_mb is None: return True
     limit = self.config.max_memory_mb * 2**20
-    while self.memory_bytes + self._need() > limit:
+    while self.memory_bytes + self._need() + extra > limit:
         if self._use_buffer:
             self._use_buffer = False
             for s in self._streams.values(): s.drop_buffer()
@@ -391,9 +478,22 @@ def get_statistics(self:StatisticsCollector, name):
     if name not in self._modules: return None
     res = ModuleStatistics(name, **{k: v for k, v in self._modules[name].items() if k != 'train_calls'})
     for (nm, kind, key), s in self._streams.items():
-        if nm == name: getattr(res, kind + 's')[key] = self._read_stream(s)
+        if nm != name: continue
+        getattr(res, kind + 's')[key] = self._read_stream(s)
+        if s.channels is not None: res.channels[kind + ('' if key == '0' else f'[{key}]')] = self._read_channels(s.channels)
     res.input_stats = next(iter(res.inputs.values()), None)
     res.output_stats = next(iter(res.outputs.values()), None)
+    return res
+
+@patch
+def _read_channels(self:StatisticsCollector, ch):
+    "The per-channel statistics `ch` as host lists (one read): `count` and `nonfinite` ints; `mean`, `std`, `min`, `max` (those the config collects) float64, NaN where a channel has no finite values (`std`: fewer than 2)."
+    m = Moments(to_host(ch.total.t))
+    n, cfg = m.count, self.config
+    res = dict(dim=ch.dim, count=[int(v) for v in n.tolist()], nonfinite=[int(v) for v in m.nonfinite.tolist()])
+    if cfg.collect_mean: res['mean'] = torch.where(n > 0, m.mean, math.nan).tolist()
+    if cfg.collect_std: res['std'] = m.std.tolist()
+    if cfg.collect_min_max: res['min'], res['max'] = (torch.where(n > 0, v, math.nan).tolist() for v in (m.min, m.max))
     return res
 
 @patch
@@ -442,6 +542,47 @@ def _missing_reason(self:StatisticsCollector, name, kind):
     if kind == 'input' and not self.config.collect_input: return 'not collected (collect_input=False)'
     return self.skipped.get(f'{name}.{kind}', 'no floating point tensor recorded')
 
+def _channels_json(c):
+    "Per-channel statistics `c` (from `get_statistics(...).channels`) as strict JSON: a value that is not a finite number is null, and `<key>_reason` says why, by channel index."
+    d = dict(c)
+    for k in ('mean', 'std', 'min', 'max'):
+        if k not in c: continue
+        d[k] = [json_safe(v) for v in c[k]]
+        why = {str(i): ('no finite values' if not n else 'needs at least 2 finite values' if k == 'std' and n == 1 else 'overflow')
+               for i, (v, n) in enumerate(zip(d[k], c['count'])) if v is None}
+        if why: d[f'{k}_reason'] = why
+    return d
+
+def _qparams_vec(mn, mx, dtype, symmetric):
+    "`(scale, zero_point)` lists for the ranges `[mn[i], mx[i]]` (float32 tensors), as torch.ao's `PerChannelMinMaxObserver` computes them (`qparams`, channel by channel)."
+    qmin, qmax = _QRANGES[dtype]
+    eps = torch.tensor(torch.finfo(torch.float32).eps)
+    mn_neg, mx_pos = torch.minimum(mn, torch.zeros_like(mn)), torch.maximum(mx, torch.zeros_like(mx))
+    if symmetric:
+        scale = torch.maximum(torch.maximum(-mn_neg, mx_pos) / (float(qmax - qmin) / 2), eps)
+        zp = torch.full_like(scale, 128 if dtype in (torch.quint8, torch.uint8) else 0, dtype=torch.int64)
+    else:
+        scale = torch.maximum((mx_pos - mn_neg) / float(qmax - qmin), eps)
+        zp = torch.clamp(qmin - torch.round(mn_neg / scale).to(torch.int), qmin, qmax)
+    return scale.tolist(), [int(z) for z in zp.tolist()]
+
+def _channel_quant(c):
+    "The quantization export of per-channel statistics `c`: `dim`, `min`, `max` and per-channel `qparams` (affine, symmetric; quint8, qint8), null for a channel without a range that fits float32."
+    d = {k: v for k, v in _channels_json(c).items() if k in ('dim', 'min', 'max', 'min_reason', 'max_reason')}
+    big = float(torch.finfo(torch.float32).max)
+    ok = [lo is not None and hi is not None and abs(lo) <= big and abs(hi) <= big for lo, hi in zip(d['min'], d['max'])]
+    f32 = lambda vs: torch.tensor([v if k else 0. for v, k in zip(vs, ok)], dtype=torch.float32)
+    mn, mx = f32(d['min']), f32(d['max'])
+    res = {}
+    for scheme in ('affine', 'symmetric'):
+        res[scheme] = {}
+        for dt in ('quint8', 'qint8'):
+            s, z = _qparams_vec(mn, mx, getattr(torch, dt), scheme == 'symmetric')
+            res[scheme][dt] = dict(scale=[v if k else None for v, k in zip(s, ok)], zero_point=[v if k else None for v, k in zip(z, ok)])
+    d['qparams'] = res
+    if not all(ok): d['qparams_reason'] = {str(i): 'no finite values' if c['count'][i] == 0 else 'range does not fit float32' for i, k in enumerate(ok) if not k}
+    return d
+
 def _quant_entry(o, reason):
     "The quantization export of one output's statistics `o` (None: `reason` says why there are none)."
     if o is None: return dict(min=None, max=None, percentiles={}, qparams=None, reason=reason)
@@ -451,6 +592,14 @@ def _quant_entry(o, reason):
         d['qparams'] = _all_qparams(d['min'], d['max'])
         if d['qparams'] is None: d['qparams_reason'] = f"range [{d['min']:.3g}, {d['max']:.3g}] does not fit float32"
     return d
+
+@patch
+def _missing_params_reason(self:StatisticsCollector, name, kind):
+    "Why module `name` has no `kind` ('param' or 'param_grad') statistics."
+    why = [r for k, r in self.skipped.items() if (k == f'{name}.{kind}' or k.startswith(f'{name}.{kind}[')) and not k.endswith('.channels')]
+    if why: return '; '.join(dict.fromkeys(why))
+    if kind == 'param': return 'no parameters of its own (named_parameters(recurse=False)), or no call passed the module'
+    return 'no backward after a recorded training call of the module, or no parameters of its own that require grad'
 
 @patch
 def export_statistics(self:StatisticsCollector, format="json", path=None):
@@ -466,12 +615,37 @@ def export_statistics(self:StatisticsCollector, format="json", path=None):
                 if o is None: d[f'{kind}_stats_reason'] = self._missing_reason(name, kind)
             extra = {k: v.to_dict() for k, v in list(st.outputs.items())[1:]}
             if extra: d['other_outputs'] = extra
-        else: d = _quant_entry(st.output_stats, self._missing_reason(name, 'output'))
+            for kind, on in (('param', self.config.collect_weights), ('param_grad', self.config.collect_param_grads)):
+                got = getattr(st, kind + 's')
+                if got: d[kind + 's'] = {k: v.to_dict() for k, v in got.items()}
+                elif on: d.update({kind + 's': {}, kind + 's_reason': self._missing_params_reason(name, kind)})
+            if st.channels: d['channels'] = {k: _channels_json(c) for k, c in st.channels.items()}
+        else:
+            d = _quant_entry(st.output_stats, self._missing_reason(name, 'output'))
+            if 'min' in st.channels.get('output', {}): d['per_channel'] = _channel_quant(st.channels['output'])
+            pc = {k[6:-1]: _channel_quant(c) for k, c in st.channels.items() if k.startswith('param[') and 'min' in c}
+            if pc: d['params_per_channel'] = pc
         res[name] = d
     if path is not None: write_json(path, res)
     return res
 
 # %% ../nbs/10a_statistics.ipynb #7327bd72
+_NO_PGRAD_HOOKS = "collect_param_grads needs the hooks of `attach(model)` (or a HooksCallback with `hook_cls=collector.hook_cls`)"
+
+class _CollectorHook(Hook):
+    "A hook of `ActivationStatisticsHook.attach`: the module's forward hook (a checkpoint's recomputation goes to `collector.recompute`), and with `collect_param_grads` a hook on each of its own parameters, after backward accumulates its `.grad`; all removed together."
+    def __init__(self, m, f, name=None, collector=None, on_recompute=None, **kwargs):
+        super().__init__(m, f, name=name, on_recompute=on_recompute or collector.recompute, **kwargs)
+        if collector.config.collect_param_grads:
+            self._param_hooks = [p.register_post_accumulate_grad_hook(HookFn(partial(collector._param_grad, self.name, pn)))
+                                 for pn, p in m.named_parameters(recurse=False) if p.requires_grad]
+            self._collector = collector
+    def remove(self):
+        for h in self.__dict__.pop('_param_hooks', ()): h.remove()
+        coll = self.__dict__.pop('_collector', None)
+        if coll is not None: coll._pgrad_owed.difference_update([k for k in coll._pgrad_owed if k[0] == self.name])   # a forward whose backward never came: nothing left owed
+        super().remove()
+
 class ActivationStatisticsHook(StatisticsCollector):
     "A `StatisticsCollector` usable as a forward hook on many modules (named by `module._hook_name`, or by `attach`)."
     def __call__(self, module, input, output):
@@ -485,19 +659,29 @@ class ActivationStatisticsHook(StatisticsCollector):
                               "`module._hook_name = name` before registering, or use `hook.attach(model)`")
             self._skip(key, 'module has no _hook_name; set it or use attach(model)')
             return
-        self.update_statistics(name, input, output, module.training)
+        if self.config.collect_param_grads and any(p.requires_grad for p in module.parameters(recurse=False)): self._skip(f'{name}.param_grad', _NO_PGRAD_HOOKS)
+        self.update_statistics(name, input, output, module.training, module)
 
     def hook(self, hook, module, input, output):
         "The hook function of `attach` (and of `StatisticsCB`): record `module`'s call under `hook.name` (a `Hook` of lesson 9b)."
         self.call_count += 1
-        self.update_statistics(hook.name, input, output, module.training)
+        if self.config.collect_param_grads and not isinstance(hook, _CollectorHook) and any(p.requires_grad for p in module.parameters(recurse=False)):
+            self._skip(f'{hook.name}.param_grad', _NO_PGRAD_HOOKS)
+        self.update_statistics(hook.name, input, output, module.training, module)
+
+    @property
+    def hook_cls(self):
+        "The class of `attach`'s hooks, for a `HooksCallback`'s `hook_cls`: a `Hook` that, with `collect_param_grads`, also hooks its module's parameters' `.grad` (removed with it)."
+        return partial(_CollectorHook, collector=self)
 
     @other_names
     def attach(self, model, layers=None, with_kwargs=False):
         "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager). `with_kwargs`: also the keyword inputs (all with `True`, or a list of names), as streams `{layer}.input[{keyword}]`."
         picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
-        return Hooks(picked, self.hook, with_kwargs=with_kwargs)
+        hooks = Hooks([], None)
+        hooks.extend(_CollectorHook(m, self.hook, name=n, collector=self, with_kwargs=with_kwargs) for n, m in picked)
+        return hooks
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
 def _merge_streams(a, b, max_samples):
@@ -505,6 +689,9 @@ def _merge_streams(a, b, max_samples):
     if a.sketch is None or b.sketch is None: a.drop_sketch(); b.drop_sketch()   # percentiles of part of the data would be wrong
     if b.device != a.device: b.to(a.device)
     a.merge(b)
+    ca, cb = a.channels, b.channels
+    if ca is not None and cb is not None and (ca.dim, ca.n) == (cb.dim, cb.n): ca.merge(cb)
+    else: a.channels = None           # one side dropped them (its `skipped` says why): per-channel statistics of part of the data would be wrong
     if a.complete and b.complete and a.filled + b.filled <= (max_samples or 0):
         buf = torch.empty(max_samples, dtype=torch.float64, device=a.device)
         buf[:a.filled] = a.buf[:a.filled]; buf[a.filled:a.filled + b.filled] = b.buf[:b.filled]
@@ -571,6 +758,9 @@ def _stream_state(s):
         d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
         if s.sampling is not None: d['sampling'] = dict(zip(_SAMPLING, map(_hex, to_host(s.sampling).tolist())))
     if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in to_host(s.buf[:s.filled]).tolist()]
+    if s.channels is not None:
+        t = to_host(s.channels.total.t)
+        d['channels'] = dict(dim=s.channels.dim, moments={k: [_hex(v) for v in t[:, i].tolist()] for i, k in enumerate(FIELDS)})
     return d
 
 @patch
@@ -613,6 +803,16 @@ def _load_stream(d, i, where, cfg, use_buffer, device):
     if vals is not None:
         s.buf[:len(vals)] = torch.tensor([float.fromhex(v) for v in d[at('values')]], dtype=torch.float64)
         s.filled = len(vals)
+    if (ch := d.get(at('channels'))) is not None:
+        mo = ch['moments']
+        if set(mo) != set(FIELDS) or len({len(mo[k]) for k in FIELDS}) != 1:
+            raise ValueError(f"load_state_dict: {where[0]}.moments must hold the fields {list(FIELDS)}, one list each, all as long")
+        rows = torch.tensor([[float.fromhex(v) for v in mo[k]] for k in FIELDS], dtype=torch.float64).t().contiguous()
+        _counts(where[0] + ' (count, nan, posinf, neginf)', rows[:, :4].flatten().tolist())
+        dim = ch['dim']
+        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0: raise ValueError(f"load_state_dict: {where[0]}.dim must be an int >= 0, got {dim!r}")
+        s.channels = _Channels(dim, len(rows), device)
+        s.channels.total = Moments(rows.to(device))
     return s
 
 def _load_state(self, sd, device, where):

@@ -139,6 +139,11 @@ def _write_runwide(self:TensorBoardCB, coll, step):
         vals.update({f'p{percentile_key(p)}': v for p, v in o.percentiles.items()})
         for k, v in vals.items():
             if v is not None: self.writer.add_scalar(f'{self.prefix}/{name}/{k}', float(v), step)
+        for kind, ps in (('param', st.params), ('param_grad', st.param_grads)):   # `collect_weights`, `collect_param_grads`
+            for pn, t in ps.items():
+                for k in ('mean', 'std', 'min', 'max', 'nonfinite'):
+                    v = getattr(t, k)
+                    if v is not None: self.writer.add_scalar(f'{self.prefix}/{name}.{kind}[{pn}]/{k}', float(v), step)
         done += 1
     return done
 

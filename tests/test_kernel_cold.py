@@ -115,3 +115,37 @@ def test_state_dict_and_loading_drop_or_pass_the_copies():
     with compiling(): other.record(xs[0])
     other.load_state_dict(ref.state_dict())            # replaced: the copy goes
     assert not other._kept and other._kept_bytes == 0 and len(other) == 3
+
+class _Waits(type(K._COMPILED)):
+    "A not-yet-set `threading.Event` that notes how long each caller offered to wait for the loops."
+    def __init__(self): super().__init__(); self.asked = []
+    def wait(self, timeout=None): self.asked.append(timeout); return False
+
+def test_a_cached_load_keeps_a_plain_recorders_tensors_and_makes_only_others_wait(monkeypatch):
+    "While numba's cache loads, a plain `Recorder` keeps its tensor (no wait); a subclass with per-record state waits for the load, at most `_FIRST_WAIT`."
+    warm()
+    from miniai.sketch import SketchRecorder
+    x = batches(1)[0]
+    waits = _Waits()
+    monkeypatch.setattr(K, '_COMPILED', waits)
+    with compiling():
+        K._LOOPS['cached'] = True
+        rec = Recorder(seed=1); rec.record(x)
+        assert len(rec._kept) == 1 and waits.asked == [0]          # kept, nothing waited for
+        SketchRecorder().record(x)
+        assert waits.asked == [0, K._FIRST_WAIT]                    # the subclass offered to wait for the load
+    ref = Recorder(seed=1); ref.record(x)
+    same(rec, ref)
+
+def test_making_the_recorders_starts_the_loops_unless_the_torch_ops_are_chosen(monkeypatch):
+    "`ActivationStats` and the collector get the loops ready when they are made (`prepare_loops`), not inside the first training step; not when the torch ops are chosen."
+    import miniai.activations as A, miniai.statistics as S
+    started = []
+    monkeypatch.setattr(K, '_start_compiling', lambda: started.append(1))
+    with compiling():
+        del K._LOOPS['started']
+        A.ActivationStats(); assert started == [1]
+        S.ActivationStatisticsHook(); assert started == [1, 1]
+        with fused_kernel(False): A.ActivationStats()
+        monkeypatch.setenv('MINIAI_FUSED', '0'); A.ActivationStats(); S.StatisticsCollector()
+        assert started == [1, 1]

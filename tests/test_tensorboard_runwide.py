@@ -76,3 +76,17 @@ def test_activation_stats_from_a_plain_loop(tmp_path):
 
 def test_write_without_statistics_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match='no statistics to write'): TensorBoardCB(tmp_path).write()
+
+def test_statistics_cb_carries_parameters_and_their_gradients(tmp_path):
+    "`StatisticsCB` with `collect_weights` and `collect_param_grads` (hooks that take the `.grad`, removed after fit): TensorBoard gets each parameter's scalars, equal to the collector's."
+    cfg = StatisticsConfig(collect_weights=True, collect_param_grads=True, collect_input=False)
+    scb = StatisticsCB(cfg, layers=['0'])
+    m = model()
+    learn = Learner(m, dls(), loss_func=F.cross_entropy, lr=0.1, cbs=[TrainCB(), scb, TensorBoardCB(tmp_path, astats=scb)])
+    learn.fit(1)
+    st = scb.stats.get_statistics('0')
+    assert set(st.params) == set(st.param_grads) == {'weight', 'bias'} and st.param_grads['weight'].count == 3 * 20
+    assert not m[0].weight._post_accumulate_grad_hooks and not m[0]._forward_hooks     # nothing left behind
+    steps, vals = events(tmp_path, 'activations/0.param_grad[weight]/std')
+    assert len(steps) == 1 and vals[0] == pytest.approx(st.param_grads['weight'].std, rel=1e-6)
+    assert events(tmp_path, 'activations/0.param[bias]/mean')[1] == [pytest.approx(st.params['bias'].mean, rel=1e-6)]
