@@ -44,7 +44,7 @@ def test_kept_tensors_are_passed_by_the_loops_in_order_bit_for_bit():
     rec = Recorder(minmax=True, zeros=True, seed=3)
     with compiling():
         for x in xs: rec.record(x)
-        assert len(rec) == len(xs) and len(rec._kept) == len(xs) and not rec._rows   # kept, not passed
+        assert len(rec) == len(xs) and len(rec._kept) == len(xs) and all(r is None for r in rec._rows)   # kept in their slots, not passed
         for x in xs: x.mul_(0)                                                      # the user's tensors change: the copies do not
     same(rec, ref)                       # the read passes them, with the loops now ready
     assert not rec._kept and rec._kept_bytes == 0
@@ -77,13 +77,29 @@ def test_the_copies_stay_within_their_cap_and_order_holds(monkeypatch):
     with compiling():
         rec.record(xs[0]); other.record(xs[0])          # the cap counts every recorder's copies
         assert rec._kept_bytes == one and len(other._kept) == 1
-        for x in xs[1:]: rec.record(x)                 # over the cap: what was kept passes first, then the torch ops
+        for x in xs[1:]: rec.record(x)                 # over the cap: the torch ops record into the later slots,
         assert sum(r._kept_bytes for r in K._KEEPING) <= K._KEEP_CAP
+        kept = [slot for *_, slot in rec._kept]
+        assert kept and kept[0] == 0 and all((r is None) == (i in kept) for i, r in enumerate(rec._rows))   # while the kept wait (no stall)
         same(rec, ref)
     gone = weakref.ref(other)
     del other; gc.collect()
     assert gone() is None and gone not in [weakref.ref(r) for r in K._KEEPING]     # a recorder dropped with its copy: nothing left held
     assert rec._kept_bytes == 0 and sum(r._kept_bytes for r in K._KEEPING) <= held   # `rec`'s were passed by the read above
+
+def test_a_folding_recorder_keeps_and_folds_in_order():
+    "`fold=True` (run-wide): kept slots are passed before any fold, and the folded row equals that of a recorder that never waited."
+    warm()
+    xs = [torch.randn(300, generator=torch.Generator().manual_seed(i)) * (i + 1) + i for i in range(7)]
+    ref = Recorder(fold=True, minmax=True, zeros=True)
+    ref.fold_every = 3
+    for x in xs: ref.record(x)
+    rec = Recorder(fold=True, minmax=True, zeros=True)
+    rec.fold_every = 3
+    with compiling():
+        for x in xs: rec.record(x)
+        assert len(rec._kept) == 7 and rec._folded is None
+    assert torch.equal(rec.total.t.view(torch.int64), ref.total.t.view(torch.int64)) and not rec._kept
 
 def test_what_keeps_nothing():
     "The torch ops chosen (`fused_kernel(False)`), a subclass (it may read its own state per record), a device tensor: no copies."
