@@ -24,7 +24,8 @@ Configurations:
 --clock cpu: time each call by the CPU time of this thread (`time.thread_time`), with one torch thread (set `--threads`
               too, or it is 1): on a machine that other jobs load, wall-clock rounds vary several-fold, CPU time much less.
 --ops: torch ops per hook call on the torch path that GPUs run (`fused_kernel(False)`), counted with `count_ops`.
---cold: a fresh process with an empty numba cache (`NUMBA_CACHE_DIR`): its first hooked training step against a plain one.
+--cold [N]: N fresh processes (default 5) with an empty numba cache (`NUMBA_CACHE_DIR`), each then one with that cache
+             warm: each makes `ActivationStats` and trains; its first hooked step and the 11 after it against a plain step.
 
 Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold] [--baseline DIR]
 """
@@ -106,7 +107,8 @@ def per_call(x, rounds, baseline=None):
     interleaved(fns, 3, reps=2)                       # warm up: compile the loops, fill caches
     return interleaved(fns, rounds, reps=3)
 
-FIT = ['no hooks', 'ActivationStats', 'StatisticsConfig', 'course hooks']
+FIT = ['no hooks', 'one read (floor)', 'one read in+out', 'ActivationStats', 'StatisticsConfig', 'course hooks']
+FIT_FLOOR = {'ActivationStats': 'one read (floor)', 'course hooks': 'one read (floor)', 'StatisticsConfig': 'one read in+out'}
 
 def fit_once(dls, name):
     set_seed(1)
@@ -114,6 +116,8 @@ def fit_once(dls, name):
     cbs, handles, hook, astats = [TrainCB()], [], None, None
     if name == 'ActivationStats': cbs.append(astats := A.ActivationStats(nn.Conv2d))
     elif name == 'course hooks': cbs.append(HooksCallback(course_stats, nn.Conv2d))
+    elif name == 'one read (floor)': cbs.append(HooksCallback(one_read, nn.Conv2d))
+    elif name == 'one read in+out': cbs.append(HooksCallback(one_read_io, nn.Conv2d, on_valid=True))   # the collector records every call
     elif name == 'StatisticsConfig': hook, handles = collector(model)
     learn = Learner(model, dls, loss_func=F.cross_entropy, lr=0.6, cbs=cbs)
     t0 = clock()
@@ -141,39 +145,63 @@ def ops_per_call(x):
     return res
 
 COLD = """
-import sys, torch, torch.nn.functional as F
+import sys, statistics, torch, torch.nn.functional as F
 sys.path.insert(0, "bench")
 from _timing import clock
 from torch import nn
 from miniai.learner import baseline_cnn, set_seed
-from miniai.kernel import Recorder
+from miniai.activations import ActivationStats
 set_seed(1); model = baseline_cnn(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))
 def step():
     t0 = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t0
-plain = [step() for _ in range(3)][-1]
-recs = [Recorder(minmax=False) for m in model.modules() if isinstance(m, nn.Conv2d)]
-hs = [m.register_forward_hook(lambda mod, i, o, r=r: r.record(o)) for m, r in zip([m for m in model.modules() if isinstance(m, nn.Conv2d)], recs)]
-first = step()
-print(plain, first)
+plain = statistics.median([step() for _ in range(6)][1:])
+t0 = clock(); astats = ActivationStats(nn.Conv2d); made = clock() - t0   # a cached load happens here
+with astats.attach(model): hooked = [step() for _ in range(12)]
+print(plain, made, *hooked)
 """
 
-def cold_start():
-    "A plain training step and the first hooked one, in a fresh process with an empty numba cache."
-    with tempfile.TemporaryDirectory() as d:
-        env = {**os.environ, 'NUMBA_CACHE_DIR': d}
-        env.pop('MINIAI_FUSED', None)
-        out = subprocess.run([sys.executable, '-c', COLD], capture_output=True, text=True, env=env, timeout=600)
+def cold_start(cache):
+    "A fresh process (numba cache folder `cache`) that makes an `ActivationStats` as a user would and trains: its plain step, the time to make it, and its hooked steps."
+    env = {**os.environ, 'NUMBA_CACHE_DIR': cache}
+    env.pop('MINIAI_FUSED', None)
+    out = subprocess.run([sys.executable, '-c', COLD], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode: raise RuntimeError(f'the cold-start process failed:\n{out.stderr[-2000:]}')
-    plain, first = map(float, out.stdout.split())
-    return plain, first
+    plain, made, *hooked = map(float, out.stdout.split())
+    return plain, made, hooked
+
+def wait_for_cache(cache, timeout=600):
+    "Wait until the compiling child of a cold process (it goes on after its parent exits) has written every loop to `cache`: the last one's index there, and no file changed for 3 s."
+    t0, last = time.time(), None
+    while time.time() - t0 < timeout:
+        files = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs}
+        if any('kernel._sketch_loop-' in f and f.endswith('.nbi') for f in files) and files == last: return True
+        last = files; time.sleep(3)
+    return False
+
+def cold_report(n):
+    "`n` fresh processes with an empty numba cache, one after another, each followed by one with that cache warm."
+    rows = []
+    for i in range(n):
+        with tempfile.TemporaryDirectory() as d:
+            cold = cold_start(d)
+            warm = cold_start(d) if wait_for_cache(d) else None
+        rows.append((cold, warm))
+    for kind, k in (('empty numba cache', 0), ('warm numba cache', 1)):
+        got = [r[k] for r in rows if r[k] is not None]
+        if not got: continue
+        firsts = [h[0] / p for p, _, h in got]
+        rest = [v / p for p, _, h in got for v in h[1:]]
+        print(f"cold start, {kind} ({len(got)} fresh processes): first hooked step {', '.join(f'{v:.2f}x' for v in sorted(firsts))} "
+              f"of a plain step; the 11 after it {statistics.median(rest):.2f}x (median), at most {max(rest):.2f}x; "
+              f"making ActivationStats {statistics.median(m for _, m, _ in got)*1e3:.0f} ms (median)")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--rounds', type=int, default=20, help='rounds of the per-call measurement')
     p.add_argument('--fit-rounds', type=int, default=5, help='rounds of whole fit(1)s (0: none)')
     p.add_argument('--ops', action='store_true', help='also count torch ops per hook call on the torch path')
-    p.add_argument('--cold', action='store_true', help='also time a cold start (fresh numba cache)')
+    p.add_argument('--cold', type=int, nargs='?', const=5, default=0, help='also time cold starts: N fresh processes with an empty numba cache, each then with it warm (default 5)')
     p.add_argument('--clock', choices=['wall', 'cpu'], default='wall', help='wall clock, or the CPU time of this thread (one torch thread)')
     p.add_argument('--threads', type=int, help='torch threads (default: torch\'s own; 1 with --clock cpu)')
     p.add_argument('--baseline', help='folder holding another copy of the package (DIR/miniai) to time in the same rounds')
@@ -209,12 +237,12 @@ def main():
         print("|---|---|")
         for n in FIT[1:]:
             m, q1, q3 = quartiles(ratios(ft[n], ft['no hooks']))
-            print(f"| {n} | **{m:.3f}x** ({q1:.3f}-{q3:.3f}) |")
+            fl = f" (its floor, {FIT_FLOOR[n]}: {statistics.median(ratios(ft[FIT_FLOOR[n]], ft['no hooks'])):.3f}x)" if n in FIT_FLOOR else ''
+            print(f"| {n} | **{m:.3f}x** ({q1:.3f}-{q3:.3f}){fl} |")
         res['fit'] = ft
     if args.ops: print('\ntorch ops per hook call on the torch path (fused_kernel(False)):', {k: round(v, 1) for k, v in ops_per_call(x).items()})
     if args.cold:
-        plain, first = cold_start()
-        print(f"\ncold start (empty numba cache): plain step {plain*1e3:.0f} ms, first hooked step {first*1e3:.0f} ms ({first/plain:.2f}x)")
+        print(); cold_report(args.cold)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (other jobs beside this one make every figure noisier)")
     if args.json: json.dump(res, open(args.json, 'w'))
 
