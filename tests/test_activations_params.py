@@ -9,34 +9,9 @@ import torch.nn.functional as F
 from miniai.activations import ActivationStats, format_diagnosis
 from miniai.findings import format_finding
 
+from _steps import convnet, sgd_steps as loop
+
 pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
-
-
-def convnet():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(6 * 4 * 4, 5))
-
-
-def loop(model, a=None, n=3, lr=0.1, channels_last=False, every_step=None):
-    "`n` SGD steps on fixed random batches; returns what each step saw: weights at the forward, grads after backward, outputs of layer 0."
-    g = torch.Generator().manual_seed(1)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    seen = dict(w=[], g=[], out=[])
-    h = model[0].register_forward_hook(lambda m, i, o: seen['out'].append(o.detach().clone()))
-    ctx = a.attach(model) if a is not None else None
-    if ctx: ctx.__enter__()
-    try:
-        for _ in range(n):
-            x = torch.randn(8, 3, 8, 8, generator=g)
-            if channels_last: x = x.contiguous(memory_format=torch.channels_last)
-            seen['w'].append(model[0].weight.detach().clone())
-            F.cross_entropy(model(x), torch.arange(8) % 5).backward()
-            seen['g'].append(model[0].weight.grad.clone())
-            opt.step(); opt.zero_grad()
-    finally:
-        if ctx: ctx.__exit__(None, None, None)
-        h.remove()
-    return seen
 
 
 def close(a, b): return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300)

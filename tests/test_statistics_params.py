@@ -10,36 +10,12 @@ from torch.utils.checkpoint import checkpoint
 from miniai.statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook
 from miniai.testing import count_syncs
 
+from _steps import convnet, sgd_steps as loop
+
 pytestmark = pytest.mark.usefixtures('one_thread')   # see conftest.py
 
 
 def close(a, b): return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300)
-
-
-def convnet():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(6 * 4 * 4, 5))
-
-
-def loop(model, coll=None, n=3, channels_last=False, layers=None):
-    "`n` SGD steps on fixed batches (under `coll.attach` when given); returns what each step saw: layer 0's weight at the forward, its `.grad` after backward, its output."
-    g = torch.Generator().manual_seed(1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    seen = dict(w=[], g=[], out=[])
-    h = model[0].register_forward_hook(lambda m, i, o: seen['out'].append(o.detach().clone()))
-    hooks = coll.attach(model, layers) if coll is not None else None
-    try:
-        for _ in range(n):
-            x = torch.randn(8, 3, 8, 8, generator=g)
-            if channels_last: x = x.contiguous(memory_format=torch.channels_last)
-            seen['w'].append(model[0].weight.detach().clone())
-            F.cross_entropy(model(x), torch.arange(8) % 5).backward()
-            seen['g'].append(model[0].weight.grad.clone())
-            opt.step(); opt.zero_grad()
-    finally:
-        if hooks is not None: hooks.remove()
-        h.remove()
-    return seen
 
 
 def ref_channels(t, dim=1):
