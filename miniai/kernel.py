@@ -493,17 +493,25 @@ def loops_for(x, wait=True):
     if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
     want = getattr(_local, 'fused', None)
     if want is None:
-        want = _FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'
-        if not want: return None
+        if not _default_fused(): return None
         if 'record' in _LOOPS: return _LOOPS
         if _FUSED[0] is not _HAVE_NUMBA: return _loops(None)
         _start_compiling()
         return _loops(_FIRST_WAIT if _LOOPS['cached'] and wait else 0)     # a cached load is quick: wait for it; a compile is not
     return _loops(None) if want else None
 
+def _default_fused():
+    "Whether the loops are the default where no `fused_kernel` block chose: numba there (`_FUSED`) and `MINIAI_FUSED` not 0 (read now)."
+    return _FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'
+
+def _fused_chosen():
+    "Whether this thread records with the loops: its `fused_kernel` choice, else the default."
+    want = getattr(_local, 'fused', None)
+    return _default_fused() if want is None else want
+
 def prepare_loops():
     "Start getting the compiled loops ready now, in the background: loaded from numba's disk cache, or compiled in a child process. `ActivationStats` and the collector call it when they are made, so that their first training step neither waits for a load nor pays for starting the compiler. Nothing when the torch ops are chosen (`MINIAI_FUSED=0`, `fused_kernel(False)`, no numba)."
-    if 'started' in _LOOPS or not _FUSED[0] or getattr(_local, 'fused', None) is False or os.environ.get('MINIAI_FUSED', '1') == '0': return
+    if 'started' in _LOOPS or not _FUSED[0] or not _fused_chosen(): return
     _start_compiling()
     if _LOOPS['cached']: _COMPILED.wait(_FIRST_WAIT)   # a load from the cache (a fraction of a second, once per process) is done here, not in a step
 
@@ -595,8 +603,7 @@ _KEEPING = weakref.WeakSet()     # the recorders keeping some
 def _keeps(rec, f):
     "Whether `rec` keeps a copy of CPU tensor `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
     if 'started' not in _LOOPS or 'record' in _LOOPS or 'failed' in _LOOPS or f.dtype not in (torch.float32, torch.float64) or not f.is_cpu: return False
-    want = getattr(_local, 'fused', None)
-    if want is False or (want is None and not (_FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0')): return False   # the torch ops chosen
+    if not _fused_chosen(): return False   # the torch ops chosen
     return sum(r._kept_bytes for r in _KEEPING) + f.numel() * f.element_size() <= _KEEP_CAP
 
 class Recorder:
