@@ -547,8 +547,11 @@ def _sample_table(n, sample, device, run=1):
         g = torch.Generator(device=device).manual_seed(n)
         k = sample // run
         u = torch.rand(_TABLE_ROWS, k, generator=g, dtype=torch.float64, device=device)
-        if u.is_cpu:    # numpy: the same float64 operations, one thread (in a hook, torch's threads may be asleep after the loops)
-            tab = torch.from_numpy(np.clip(np.floor((np.arange(k, dtype=np.float64) + _np_view(u)) * ((n - run + 1) / k)), 0, n - run).astype(np.int64))
+        if u.is_cpu:    # numpy: the same float64 operations, in place, on one thread (in a hook, torch's threads may be asleep after the loops)
+            t = np.add(_np_view(u), np.arange(k, dtype=np.float64))
+            t *= (n - run + 1) / k
+            np.minimum(t, n - run, out=t)
+            tab = torch.from_numpy(t.astype(np.int64))      # truncation is the floor: every position is >= 0
         else:
             pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
             tab = pos.floor_().clamp_(0, n - run).long()
@@ -612,7 +615,8 @@ class Recorder:
     _replay, _kept, _kept_bytes = None, (), 0    # see `record` and `flush`
     def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, ranges=True, minmax=True, seed=0):
         "`exact`: bin every value into the histogram; `zeros`, `ranges` (the dead and overflow counts), `minmax`: what the pass counts besides the moments (see `batch_moments`)."
-        fc.store_attr('bins,hi,sample,exact,fold,zeros,ranges,minmax,seed')
+        self.bins, self.hi, self.sample, self.exact, self.fold = bins, hi, sample, exact, fold
+        self.zeros, self.ranges, self.minmax, self.seed = zeros, ranges, minmax, seed
         self.reset()
 
     def reset(self):

@@ -121,3 +121,14 @@ def test_a_calibration_pass_then_training_through_hooks():
             assert [len(r) for r in recs] == [3] * 4
             a, b = recs[0].moments.t[1:3]                 # the training step and the no_grad pass saw the same tensor
             assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan())
+
+@pytest.mark.parametrize('n,sample,run', [(1_605_632, 16384, 16), (100_000, 16384, 1), (16_385, 16384, 1), (3000, 64, 16), (65, 64, 1)])
+def test_cpu_sample_tables_equal_the_torch_formula(n, sample, run):
+    "The CPU draws its sample tables with numpy (one thread, in place); they are bit for bit what the torch ops draw on other devices."
+    g = torch.Generator().manual_seed(n)
+    k = sample // run
+    u = torch.rand(K._TABLE_ROWS, k, generator=g, dtype=torch.float64)
+    ref = ((torch.arange(k, dtype=torch.float64) + u) * ((n - run + 1) / k)).floor_().clamp_(0, n - run).long()
+    K._TABLES.clear()
+    tab = _sample_table(n, sample, 'cpu', run)
+    assert tab.dtype == torch.int64 and torch.equal(tab, ref) and int(tab.max()) <= n - run
