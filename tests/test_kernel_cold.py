@@ -138,20 +138,45 @@ class _Waits(type(K._COMPILED)):
     def wait(self, timeout=None): self.asked.append(timeout); return False
 
 def test_a_cached_load_keeps_a_plain_recorders_tensors_and_makes_only_others_wait(monkeypatch):
-    "While numba's cache loads, a plain `Recorder` keeps its tensor (no wait); a subclass with per-record state waits for the load, at most `_FIRST_WAIT`."
+    "While numba's cache loads, a plain `Recorder` (and a sketch's, which replays in order) keeps its tensor, no wait; a subclass with per-record state of its own waits for the load, at most `_FIRST_WAIT`."
     warm()
     from miniai.sketch import SketchRecorder
+    class Sub(Recorder):
+        def after_record(self, f, row, m): self.seen = True
     x = batches(1)[0]
     waits = _Waits()
     monkeypatch.setattr(K, '_COMPILED', waits)
     with compiling():
         K._LOOPS['cached'] = True
         rec = Recorder(seed=1); rec.record(x)
-        assert len(rec._kept) == 1 and waits.asked == [0]          # kept, nothing waited for
-        SketchRecorder().record(x)
-        assert waits.asked == [0, K._FIRST_WAIT]                    # the subclass offered to wait for the load
+        sk = SketchRecorder(); sk.record(x)
+        assert len(rec._kept) == len(sk._kept) == 1 and waits.asked == [0, 0]     # kept, nothing waited for
+        Sub().record(x)
+        assert waits.asked == [0, 0, K._FIRST_WAIT]                                # the subclass offered to wait for the load
     ref = Recorder(seed=1); ref.record(x)
     same(rec, ref)
+
+def test_a_collector_stream_keeps_and_replays_in_order_bit_for_bit():
+    "The collector's streams (a sketch's sample per batch, an exact buffer, per-channel rows) keep their tensors while the loops compile; passed later, in order, every number is that of a stream that never waited."
+    warm()
+    from miniai.statistics import _Stream
+    xs = [x.float() for x in batches(6, seed=7)]
+    def stream():
+        s = _Stream('cpu', level=0, max_samples=60_000)
+        s.sample = 1024           # most batches sampled (19200 values each)
+        return s
+    ref = stream()
+    for x in xs: ref.update(x)
+    s = stream()
+    with compiling():
+        for x in xs: s.update(x)
+        assert len(s._kept) == len(xs) and s.sketch.counts.sum() == 0          # kept: nothing sampled yet
+        for x in xs: x.mul_(0)                                                 # the user's tensors change: the copies do not
+    s.flush()
+    assert not s._kept
+    assert ref.sketch.counts.sum() > 0 and (s.buf is None) == (ref.buf is None) and s.filled == ref.filled
+    for a, b in ((s.total.t, ref.total.t), (s.sketch.counts, ref.sketch.counts), (s.sampling, ref.sampling)):
+        assert torch.equal(a.view(torch.int64), b.view(torch.int64))
 
 def test_making_the_recorders_starts_the_loops_unless_the_torch_ops_are_chosen(monkeypatch):
     "`ActivationStats` and the collector get the loops ready when they are made (`prepare_loops`), not inside the first training step; not when the torch ops are chosen."
