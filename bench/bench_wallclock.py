@@ -25,7 +25,8 @@ Configurations:
               too, or it is 1): on a machine that other jobs load, wall-clock rounds vary several-fold, CPU time much less.
 --ops: torch ops per hook call on the torch path that GPUs run (`fused_kernel(False)`), counted with `count_ops`.
 --cold [N]: N fresh processes (default 5) with an empty numba cache (`NUMBA_CACHE_DIR`), each then one with that cache
-             warm: each makes `ActivationStats` and trains; its first hooked step and the 11 after it against a plain step.
+             warm: each makes `ActivationStats` (then, in N more, the default collector) and trains; its first hooked step
+             and the 11 after it against a plain step.
 
 Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold] [--baseline DIR]
 """
@@ -151,21 +152,22 @@ from _timing import clock
 from torch import nn
 from miniai.learner import baseline_cnn, set_seed
 from miniai.activations import ActivationStats
+from miniai.statistics import ActivationStatisticsHook
 set_seed(1); model = baseline_cnn(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))
 def step():
     t0 = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t0
 plain = statistics.median([step() for _ in range(6)][1:])
-t0 = clock(); astats = ActivationStats(nn.Conv2d); made = clock() - t0   # a cached load happens here
-with astats.attach(model): hooked = [step() for _ in range(12)]
+t0 = clock(); rec = ActivationStats(nn.Conv2d) if sys.argv[1] == 'ActivationStats' else ActivationStatisticsHook(); made = clock() - t0   # a cached load happens here
+with rec.attach(model, nn.Conv2d) if sys.argv[1] != 'ActivationStats' else rec.attach(model): hooked = [step() for _ in range(12)]
 print(plain, made, *hooked)
 """
 
-def cold_start(cache):
-    "A fresh process (numba cache folder `cache`) that makes an `ActivationStats` as a user would and trains: its plain step, the time to make it, and its hooked steps."
+def cold_start(cache, what='ActivationStats'):
+    "A fresh process (numba cache folder `cache`) that makes `what` ('ActivationStats', or the default collector: 'StatisticsConfig') as a user would and trains: its plain step, the time to make it, and its hooked steps."
     env = {**os.environ, 'NUMBA_CACHE_DIR': cache}
     env.pop('MINIAI_FUSED', None)
-    out = subprocess.run([sys.executable, '-c', COLD], capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run([sys.executable, '-c', COLD, what], capture_output=True, text=True, env=env, timeout=600)
     if out.returncode: raise RuntimeError(f'the cold-start process failed:\n{out.stderr[-2000:]}')
     plain, made, *hooked = map(float, out.stdout.split())
     return plain, made, hooked
@@ -179,22 +181,22 @@ def wait_for_cache(cache, timeout=600):
         last = files; time.sleep(3)
     return False
 
-def cold_report(n):
+def cold_report(n, what):
     "`n` fresh processes with an empty numba cache, one after another, each followed by one with that cache warm."
     rows = []
     for i in range(n):
         with tempfile.TemporaryDirectory() as d:
-            cold = cold_start(d)
-            warm = cold_start(d) if wait_for_cache(d) else None
+            cold = cold_start(d, what)
+            warm = cold_start(d, what) if wait_for_cache(d) else None
         rows.append((cold, warm))
     for kind, k in (('empty numba cache', 0), ('warm numba cache', 1)):
         got = [r[k] for r in rows if r[k] is not None]
         if not got: continue
         firsts = [h[0] / p for p, _, h in got]
         rest = [v / p for p, _, h in got for v in h[1:]]
-        print(f"cold start, {kind} ({len(got)} fresh processes): first hooked step {', '.join(f'{v:.2f}x' for v in sorted(firsts))} "
+        print(f"cold start of {what}, {kind} ({len(got)} fresh processes): first hooked step {', '.join(f'{v:.2f}x' for v in sorted(firsts))} "
               f"of a plain step; the 11 after it {statistics.median(rest):.2f}x (median), at most {max(rest):.2f}x; "
-              f"making ActivationStats {statistics.median(m for _, m, _ in got)*1e3:.0f} ms (median)")
+              f"making it {statistics.median(m for _, m, _ in got)*1e3:.0f} ms (median)")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -242,7 +244,7 @@ def main():
         res['fit'] = ft
     if args.ops: print('\ntorch ops per hook call on the torch path (fused_kernel(False)):', {k: round(v, 1) for k, v in ops_per_call(x).items()})
     if args.cold:
-        print(); cold_report(args.cold)
+        for what in ('ActivationStats', 'StatisticsConfig'): print(); cold_report(args.cold, what)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (other jobs beside this one make every figure noisier)")
     if args.json: json.dump(res, open(args.json, 'w'))
 
