@@ -663,7 +663,8 @@ class Recorder:
         if type(self).after_record is not Recorder.after_record: self.after_record(f, row, m)   # a subclass's: no call otherwise
         if replay is None: self.n_batches += 1
         self._cache = None
-        if self.fold and replay is None and len(self._rows) >= self.fold_every: self._fold()   # not mid-`flush`: other slots may still be empty
+        if self.fold and replay is None and len(self._rows) >= self.fold_every and not (self._kept and loops is None):
+            self._fold()     # not mid-`flush` (other slots may be empty), nor while copies wait for the loops (folding would pass them now)
 
     def _run_index(self, n, row):
         "Every position of the sample's runs of `_RUN` values for table row `row` (what the torch ops gather), kept with the tables."

@@ -101,6 +101,24 @@ def test_a_folding_recorder_keeps_and_folds_in_order():
         assert len(rec._kept) == 7 and rec._folded is None
     assert torch.equal(rec.total.t.view(torch.int64), ref.total.t.view(torch.int64)) and not rec._kept
 
+def test_over_the_cap_a_folding_recorder_waits_to_fold_rather_than_pass_the_copies(monkeypatch):
+    "Over the cap, a `fold=True` recorder records new batches by the torch ops and folds nothing while copies wait (folding would pass them through the torch ops: a stall); read, every count, min and max is exact and the moments agree to rounding."
+    warm()
+    xs = [torch.randn(300, generator=torch.Generator().manual_seed(i)) * (i + 1) + i for i in range(7)]
+    held = sum(r._kept_bytes for r in K._KEEPING)
+    monkeypatch.setattr(K, '_KEEP_CAP', held + 2 * 300 * 4)
+    ref = Recorder(fold=True, minmax=True, zeros=True)
+    for x in xs: ref.record(x)
+    rec = Recorder(fold=True, minmax=True, zeros=True)
+    rec.fold_every = 3
+    with compiling():
+        for x in xs: rec.record(x)
+        assert len(rec._kept) == 2 and rec._folded is None and len(rec._rows) == 7     # no fold, no pass
+    a, b = rec.total.to_dict(), ref.total.to_dict()
+    assert not rec._kept
+    for k in ('count', 'nan', 'posinf', 'neginf', 'zeros', 'low', 'high', 'min', 'max'): assert a[k] == b[k], k
+    assert a['mean'] == pytest.approx(b['mean'], rel=1e-12) and a['std'] == pytest.approx(b['std'], rel=1e-12)
+
 def test_what_keeps_nothing():
     "The torch ops chosen (`fused_kernel(False)`), a subclass (it may read its own state per record), a device tensor: no copies."
     warm()
