@@ -493,7 +493,7 @@ def loops_for(x, wait=True):
     if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
     want = getattr(_local, 'fused', None)
     if want is None:
-        if not _default_fused(): return None
+        if not (_FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'): return None     # `_default_fused()`, inline: the hot path
         if 'record' in _LOOPS: return _LOOPS
         if _FUSED[0] is not _HAVE_NUMBA: return _loops(None)
         _start_compiling()
