@@ -208,3 +208,18 @@ def test_making_the_recorders_starts_the_loops_unless_the_torch_ops_are_chosen(m
         with fused_kernel(False): A.ActivationStats()
         monkeypatch.setenv('MINIAI_FUSED', '0'); A.ActivationStats(); S.StatisticsCollector()
         assert started == [1, 1]
+
+def test_a_collector_with_a_memory_budget_keeps_no_copies():
+    "`StatisticsConfig(max_memory_mb=...)` caps the collector's own memory, which copies kept while the loops compile would not count in: its streams keep none (the torch ops record), and the numbers agree to rounding."
+    warm()
+    from miniai.statistics import StatisticsConfig, StatisticsCollector
+    xs = [x.float() for x in batches(3, seed=9)]
+    capped, free = StatisticsCollector(StatisticsConfig(max_memory_mb=64)), StatisticsCollector(StatisticsConfig())
+    with compiling():
+        for x in xs:
+            for c in (capped, free): c.update_statistics('m', None, x)
+        kept = {name: sum(len(s._kept) for s in c._streams.values()) for name, c in (('capped', capped), ('free', free))}
+        assert kept == {'capped': 0, 'free': 3}
+    a, b = capped.get_statistics('m').output_stats, free.get_statistics('m').output_stats
+    assert (a.count, a.nonfinite, a.min, a.max) == (b.count, b.nonfinite, b.min, b.max)
+    assert a.mean == pytest.approx(b.mean, rel=1e-12) and a.std == pytest.approx(b.std, rel=1e-12)
