@@ -424,13 +424,14 @@ def _compile_in_background():
     _compile_loops()
 
 def _spawn_idle(args, **kwargs):
-    "`subprocess.Popen(args, **kwargs)` from a thread that first lowers its own priority (nice 19, SCHED_IDLE: Linux sets them per thread, and a child inherits them), so that the child runs at the lowest priority from its first instruction: started at normal priority, its interpreter's start alone slowed a training step 2-6x."
+    "`subprocess.Popen(args, **kwargs)` from a thread that first lowers its own priority (nice 19, SCHED_IDLE: Linux sets them per thread, and a child inherits them), so that the child runs at the lowest priority from its first instruction: started at normal priority, its interpreter's start alone slowed a training step 2-6x. Elsewhere the same calls would lower the whole process, so the child lowers itself (`_CHILD`)."
     box = []
     def spawn():
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, 19)
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError): pass
+        if sys.platform.startswith('linux'):
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, 19)
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            except (AttributeError, OSError): pass
         try: box.append(subprocess.Popen(args, **kwargs))
         except Exception as e: box.append(e)
     t = threading.Thread(target=spawn, name='miniai-kernel-spawn', daemon=True)
