@@ -614,7 +614,7 @@ class Recorder:
     "Statistics of one tensor stream, kept on its device until read: a `Moments` row and an |x| histogram per batch (lesson 10), or every batch folded into one row (`fold=True`, run-wide)."
     fold_every = 64
     _replay, _kept, _kept_bytes = None, (), 0    # see `record` and `flush`
-    replays = False   # a subclass with per-record state sets it to True (on itself) when passing a kept tensor later, in order, gives the same numbers
+    replays = True    # read from each class's own dict: a subclass keeps copies only when it sets it too (passing a kept tensor later, in order, gives its numbers)
     keep_ok = True    # False: never keep copies (an owner with a memory budget they would not count in)
     def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, ranges=True, minmax=True, seed=0):
         "`exact`: bin every value into the histogram; `zeros`, `ranges` (the dead and overflow counts), `minmax`: what the pass counts besides the moments (see `batch_moments`)."
@@ -636,7 +636,7 @@ class Recorder:
         replay, self._replay = self._replay, None      # a kept tensor's (row, hi, slot), passed now (see `flush`)
         if replay is None: row, hi = (self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None), self.hi
         else: row, hi, slot = replay
-        keeps = replay is None and self.keep_ok and (type(self) is Recorder or type(self).__dict__.get('replays', False))
+        keeps = replay is None and self.keep_ok and type(self).__dict__.get('replays', False)
         lo, loops = hi / self.bins, loops_for(f, wait=not keeps)   # a recorder that may keep the tensor does not wait for the loops
         if loops is None and keeps and _keeps(self, f):
             # a cold start: the loops compile (seconds) and the torch ops cost several passes; keep a copy, passed in order once they are ready
