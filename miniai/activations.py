@@ -104,15 +104,9 @@ def _styles(n):
 class _StatsHook(Hook):
     "A hook of `ActivationStats` (`owner`, held weakly): its `stats` (the course's triple) and `recorders` read the callback's training recorders of its layer."
     def __init__(self, m, f, name=None, owner=None, **kwargs):
-        super().__init__(m, f, name=name, **kwargs)
+        o = owner()     # with `param_grads`, the layer's own parameters' `.grad` after each backward (read, never written)
+        super().__init__(m, f, name=name, on_param_grad=o._param_grad if o is not None and o.param_grads else None, **kwargs)
         self._owner = owner
-        o = owner()
-        if o is not None and o.param_grads:    # the layer's own parameters' `.grad`, after each backward (read, never written)
-            self._param_hooks = [p.register_post_accumulate_grad_hook(HookFn(partial(o._param_grad, self.name, pn)))
-                                 for pn, p in m.named_parameters(recurse=False) if p.requires_grad]
-    def remove(self):
-        for h in self.__dict__.pop('_param_hooks', ()): h.remove()
-        super().remove()
     @property
     def recorders(self):
         "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."

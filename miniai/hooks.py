@@ -137,16 +137,20 @@ class _HookCall(HookFn):
 
 # %% ../nbs/09b_hooks.ipynb #hk0b2c11
 class Hook():
-    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute(hook, module, input, output)` instead, when given); remove it with `remove()` or a `with` block. With `with_kwargs` (True, or a list of names) `input` also holds the forward's keyword inputs (all, or those named) in `input.kwargs`."
-    on_recompute, _kw, hook = None, None, None
-    def __init__(self, m, f, name=None, on_recompute=None, with_kwargs=False, **kwargs):
+    "A forward hook on `m` that calls `f(hook, module, input, output)` once per forward (a checkpoint's recomputation calls `on_recompute(hook, module, input, output)` instead, when given); remove it with `remove()` or a `with` block. With `with_kwargs` (True, or a list of names) `input` also holds the forward's keyword inputs (all, or those named) in `input.kwargs`. With `on_param_grad`, each of `m`'s own parameters that requires grad calls `on_param_grad(name, parameter name, parameter)` after backward accumulates its `.grad` (removed with the hook)."
+    on_recompute, _kw, hook, _param_hooks = None, None, None, ()
+    def __init__(self, m, f, name=None, on_recompute=None, with_kwargs=False, on_param_grad=None, **kwargs):
         self.on_recompute = on_recompute
         kw = _check_with_kwargs(with_kwargs, type(self).__name__)
         if kw is not None: self._kw, kwargs['with_kwargs'] = kw, True     # else the class's None: no attribute of its own
         self.hook = m.register_forward_hook(_HookCall(self, f, m), **kwargs)
         # the name given (the module's path in its model), else one the user set on the module, else its class
         self.name = name or getattr(m, '_hook_name', None) or type(m).__name__
+        if on_param_grad is not None:
+            self._param_hooks = [p.register_post_accumulate_grad_hook(HookFn(partial(on_param_grad, self.name, pn)))
+                                 for pn, p in m.named_parameters(recurse=False) if p.requires_grad]
     def remove(self):
+        for h in self.__dict__.pop('_param_hooks', ()): h.remove()
         if self.hook is not None:
             self.hook.remove()
             self.hook = None

@@ -637,13 +637,10 @@ _NO_PGRAD_HOOKS = "collect_param_grads needs the hooks of `attach(model)` (or a 
 class _CollectorHook(Hook):
     "A hook of `ActivationStatisticsHook.attach`: the module's forward hook (a checkpoint's recomputation goes to `collector.recompute`), and with `collect_param_grads` a hook on each of its own parameters, after backward accumulates its `.grad`; all removed together."
     def __init__(self, m, f, name=None, collector=None, on_recompute=None, **kwargs):
-        super().__init__(m, f, name=name, on_recompute=on_recompute or collector.recompute, **kwargs)
-        if collector.config.collect_param_grads:
-            self._param_hooks = [p.register_post_accumulate_grad_hook(HookFn(partial(collector._param_grad, self.name, pn)))
-                                 for pn, p in m.named_parameters(recurse=False) if p.requires_grad]
-            self._collector = collector
+        pg = collector.config.collect_param_grads
+        super().__init__(m, f, name=name, on_recompute=on_recompute or collector.recompute, on_param_grad=collector._param_grad if pg else None, **kwargs)
+        if pg: self._collector = collector
     def remove(self):
-        for h in self.__dict__.pop('_param_hooks', ()): h.remove()
         coll = self.__dict__.pop('_collector', None)
         if coll is not None: coll._pgrad_owed.difference_update([k for k in coll._pgrad_owed if k[0] == self.name])   # a forward whose backward never came: nothing left owed
         super().remove()
