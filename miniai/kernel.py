@@ -6,11 +6,12 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, os, sys, random, subprocess, threading, contextlib, importlib.util, warnings, types, weakref
+import math, os, sys, json, hashlib, random, subprocess, threading, contextlib, importlib.util, importlib.metadata, warnings, types, weakref
 from collections import OrderedDict
 import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
+from .core import write_json
 
 # %% auto #0
 __all__ = ['Moments', 'batch_moments', 'Recorder']
@@ -379,12 +380,13 @@ def _compile_loops():
         import numba
         opts = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')
         ns = dict(globals())     # the loops call each other compiled in this namespace; the module's own names stay Python
+        on_disk = True
         for name in _LOOP_NAMES:
             f = globals()[name]
             py = types.FunctionType(f.__code__, ns, name, f.__defaults__)
             py.__qualname__, py.__module__ = f.__qualname__, f.__module__
             try: ns[name] = numba.njit(cache=True, **opts)(py)
-            except Exception: ns[name] = numba.njit(**opts)(py)          # no writable cache folder: compile in memory
+            except Exception: ns[name], on_disk = numba.njit(**opts)(py), False          # no writable cache folder: compile in memory
         for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):   # compile now, not in a hook
             a = np.zeros(2, dt)
             skp = np.array([1., -2047, 1, 4095])
@@ -392,22 +394,40 @@ def _compile_loops():
                                np.zeros(42, np.int64), np.zeros(1, np.int64), skp, np.zeros(8191), np.zeros(3))
             ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
             ns['_sketch_loop'](a, skp, np.zeros(8191))
+        if on_disk: _mark_cached()
         _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'], sketch=ns['_sketch_loop'])
     except Exception as e:
         _LOOPS['failed'] = True
         warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
     finally: _COMPILED.set()
 
-def _cached():
-    "Whether numba's disk cache seems to hold the loops of this very file (then loading them here takes a moment)."
-    if '__file__' not in globals(): return False          # run from the notebook: nothing cached
+def _stamp():
+    "What numba's disk cache of the loops depends on: this file's content (numba stamps its cache with a hash of the source, not its time: re-exporting the same module keeps the cache good), numba's version and Python's; None when run from the notebook."
+    if '__file__' not in globals(): return None
+    try:
+        with open(__file__, 'rb') as f: sha = hashlib.sha256(f.read()).hexdigest()
+        return dict(source=os.path.abspath(__file__), sha256=sha, numba=importlib.metadata.version('numba'), python=sys.implementation.cache_tag)
+    except (OSError, importlib.metadata.PackageNotFoundError): return None
+
+def _marker():
+    "The file beside numba's cache that says which `_stamp` the cached loops were compiled for (one per source path: several installs may share `NUMBA_CACHE_DIR`)."
     src = os.path.abspath(__file__)
     where = os.environ.get('NUMBA_CACHE_DIR') or os.path.join(os.path.dirname(src), '__pycache__')
-    try: mtime = os.path.getmtime(src)
-    except OSError: return False
-    for root, _, files in os.walk(where):
-        if any(f.startswith('kernel._record_loop-') and f.endswith('.nbi') and os.path.getmtime(os.path.join(root, f)) >= mtime for f in files): return True
-    return False
+    return os.path.join(where, f"miniai-kernel-{hashlib.sha256(src.encode()).hexdigest()[:12]}.json")
+
+def _cached():
+    "Whether numba's disk cache holds the loops of this very file, by the marker `_compile_loops` writes once they are compiled and cached (then loading them here takes a moment)."
+    stamp = _stamp()
+    if stamp is None: return False
+    try:
+        with open(_marker()) as f: return json.load(f) == stamp
+    except (OSError, ValueError): return False
+
+def _mark_cached():
+    "Write the marker of the loops just compiled into (or loaded from) numba's disk cache, when it says otherwise; nothing when it cannot be written."
+    stamp = _stamp()
+    if stamp is None or _cached(): return
+    with contextlib.suppress(OSError): write_json(_marker(), stamp, durable=False)
 
 # the compiling process: the lowest priority (nice 19) and, where Linux has it, SCHED_IDLE, so that it runs only on a core training leaves idle
 _CHILD = ("import os\nos.nice(19)\ntry: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nexcept (AttributeError, OSError): pass\n"
@@ -536,29 +556,40 @@ def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
 _TABLE_ROWS = 32
 _TABLES, _TABLES_MAX, _TABLES_LOCK = OrderedDict(), 8, threading.Lock()   # the last few tables drawn (bounded: sequence lengths vary)
 
-def _sample_table(n, sample, device, run=1):
-    "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n`: start j lies in the j-th of equal slices of [0, n - run]. The same for the same arguments (seeded by `n`)."
-    key = (n, sample, run, str(device))
-    with _TABLES_LOCK:
-        tab = _TABLES.get(key)
-        if tab is not None:
-            _TABLES.move_to_end(key)
-            return tab
-    with torch.inference_mode(False):     # a table first drawn in a calibration pass is a normal tensor too
-        g = torch.Generator(device=device).manual_seed(n)
-        k = sample // run
-        u = torch.rand(_TABLE_ROWS, k, generator=g, dtype=torch.float64, device=device)
+def _table_row(n, k, run, row, device):
+    "Row `row` of the sample table of runs of `run` values among `n`: `k` int64 start positions, the j-th drawn uniformly in the j-th of `k` equal slices of [0, n - run], from a generator seeded by `(n, row)` alone."
+    with torch.inference_mode(False):     # a row first drawn in a calibration pass is a normal tensor too
+        g = torch.Generator(device=device).manual_seed(n * _TABLE_ROWS + row)
+        u = torch.rand(k, generator=g, dtype=torch.float64, device=device)
         if u.is_cpu:    # numpy: the same float64 operations, in place, on one thread (in a hook, torch's threads may be asleep after the loops)
             t = np.add(_np_view(u), np.arange(k, dtype=np.float64))
             t *= (n - run + 1) / k
             np.minimum(t, n - run, out=t)
-            tab = torch.from_numpy(t.astype(np.int64))      # truncation is the floor: every position is >= 0
-        else:
-            pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
-            tab = pos.floor_().clamp_(0, n - run).long()
+            return torch.from_numpy(t.astype(np.int64))      # truncation is the floor: every position is >= 0
+        pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
+        return pos.floor_().clamp_(0, n - run).long()
+
+class _SampleTable:
+    "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n` (see `_table_row`), each row drawn the first time it is asked for: a first step draws only the row it samples (a whole table of the sketch's 16384 positions took 4-5 ms, a row 0.07 ms)."
+    def __init__(self, n, sample, device, run): self.n, self.k, self.device, self.run, self.rows = n, sample // run, device, run, [None] * _TABLE_ROWS
+    def __len__(self): return _TABLE_ROWS
+    def __getitem__(self, row):
+        t = self.rows[row]
+        if t is None: t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)   # the same for any thread: drawn twice at worst
+        return t
+    def stack(self):
+        "Every row, as one `[_TABLE_ROWS, sample // run]` tensor."
+        return torch.stack([self[r] for r in range(_TABLE_ROWS)])
+
+def _sample_table(n, sample, device, run=1):
+    "The `_SampleTable` of runs of `run` values among `n`: the same rows for the same arguments, the last few kept."
+    key = (n, sample, run, str(device))
     with _TABLES_LOCK:
-        _TABLES[key] = tab
-        while len(_TABLES) > _TABLES_MAX: _TABLES.popitem(last=False)
+        tab = _TABLES.get(key)
+        if tab is not None: _TABLES.move_to_end(key)
+        else:
+            tab = _TABLES[key] = _SampleTable(n, sample, device, run)
+            while len(_TABLES) > _TABLES_MAX: _TABLES.popitem(last=False)
     return tab
 
 def _sample_bins_torch(x, bins, hi, idx=None, consts=None):
@@ -671,13 +702,14 @@ class Recorder:
     def _run_index(self, n, row):
         "Every position of the sample's runs of `_RUN` values for table row `row` (what the torch ops gather), kept with the tables."
         key = (n, 'runs', str(self._device))
-        tab = self._tables.get(key)
-        if tab is None:
-            t = _sample_table(n, self.sample, self._device, _RUN)
-            with torch.inference_mode(False): tab = (t[:, :, None] + torch.arange(_RUN, device=t.device)).view(len(t), -1)
+        rows = self._tables.get(key)
+        if rows is None:
             if len(self._tables) >= 4: self._tables.clear()
-            self._tables[key] = tab
-        return tab[row]
+            rows = self._tables[key] = [None] * _TABLE_ROWS
+        if rows[row] is None:
+            t = _sample_table(n, self.sample, self._device, _RUN)[row]
+            with torch.inference_mode(False): rows[row] = (t[:, None] + torch.arange(_RUN, device=t.device)).view(-1)
+        return rows[row]
 
     def _fused_sample(self, f, row):
         "What a subclass adds to the compiled pass over CPU tensor `f` (see `_cpu_pass`'s `sketch`): None here."

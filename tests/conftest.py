@@ -4,6 +4,7 @@ _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _workers > 1:   # one torch thread per xdist worker: two workers x two threads on two cores stall each other (OpenMP spinning)
     os.environ['OMP_NUM_THREADS'] = '1'   # also for the subprocesses the tests start (CLI, torchrun)
 
+import tempfile
 import pytest, torch
 if _workers > 1: torch.set_num_threads(1)
 
@@ -37,3 +38,10 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+@pytest.fixture(autouse=True)
+def _temp_files_under_pytest(tmp_path_factory, monkeypatch):
+    "Whatever a test or a notebook writes through `tempfile` (and the processes it starts, through TMPDIR) goes to a folder of pytest's own, beside the test's `tmp_path` (which stays as the test made it), and pytest removes it after its next few runs: `make test` leaves nothing else in /tmp."
+    d = tmp_path_factory.mktemp('tempfiles')
+    monkeypatch.setattr(tempfile, 'tempdir', str(d))
+    monkeypatch.setenv('TMPDIR', str(d))

@@ -180,7 +180,7 @@ def test_symlinked_compare_rst_is_refused(tmp_path, compare):
 @pytest.mark.skipif(os.name != 'posix' or not Path('/usr/bin/setpriv').exists(), reason='needs setpriv to drop root')
 def test_read_only_path_a():
     "A pathA the user cannot write to: a usage error before comparing (run as `nobody` when we are root, since root writes anywhere)."
-    base = Path(tempfile.mkdtemp()); base.chmod(0o755)
+    base = Path(tempfile.mkdtemp(dir='/tmp')); base.chmod(0o755)   # where `nobody` can reach it (pytest's folders are root's alone); removed below
     try:
         A, B = runs(base, GOOD, GOOD)
         (A/'tensors').chmod(0o555)

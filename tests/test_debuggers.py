@@ -181,7 +181,7 @@ def test_debugcb_cleanup_removes_hooks_before_it_writes(tmp_path):
 @pytest.mark.skipif(os.name != 'posix' or not Path('/usr/bin/setpriv').exists(), reason='needs setpriv to drop root')
 def test_debugcb_read_only_folder_as_another_user():
     "A folder the user may not write to (run as `nobody` when we are root, since root writes anywhere)."
-    base = Path(tempfile.mkdtemp()); base.chmod(0o755)
+    base = Path(tempfile.mkdtemp(dir='/tmp')); base.chmod(0o755)   # where `nobody` can reach it (pytest's folders are root's alone); removed below
     try:
         folder = base/'pages'; folder.mkdir(); folder.chmod(0o555)
         code = ("import torch, torch.nn.functional as F, sys\n"

@@ -101,7 +101,7 @@ def test_a_recording_under_inference_mode_does_not_break_later_ones(dtype, fused
             for x, w in zip(xs, want):
                 with ctx(): got = _record_all(x)
                 for a, b in zip(got, w): assert torch.equal(a.nan_to_num(), b.nan_to_num()) and torch.equal(a.isnan(), b.isnan()), ctx.__name__
-        assert not any(t.is_inference() for t in K._TABLES.values())
+        assert not any(r is not None and r.is_inference() for t in K._TABLES.values() for r in t.rows)
 
 def test_a_calibration_pass_then_training_through_hooks():
     "The reported case: a hooked model sees one forward under inference_mode, then trains; the hooks keep recording."
@@ -124,11 +124,16 @@ def test_a_calibration_pass_then_training_through_hooks():
 
 @pytest.mark.parametrize('n,sample,run', [(1_605_632, 16384, 16), (100_000, 16384, 1), (16_385, 16384, 1), (3000, 64, 16), (65, 64, 1)])
 def test_cpu_sample_tables_equal_the_torch_formula(n, sample, run):
-    "The CPU draws its sample tables with numpy (one thread, in place); they are bit for bit what the torch ops draw on other devices."
-    g = torch.Generator().manual_seed(n)
+    "The CPU draws its sample tables with numpy (one thread, in place), one row when first asked for; each row is bit for bit what the torch ops draw on other devices from its own seed, whatever order the rows are asked in."
     k = sample // run
-    u = torch.rand(K._TABLE_ROWS, k, generator=g, dtype=torch.float64)
-    ref = ((torch.arange(k, dtype=torch.float64) + u) * ((n - run + 1) / k)).floor_().clamp_(0, n - run).long()
+    def ref(row):
+        u = torch.rand(k, generator=torch.Generator().manual_seed(n * K._TABLE_ROWS + row), dtype=torch.float64)
+        return ((torch.arange(k, dtype=torch.float64) + u) * ((n - run + 1) / k)).floor_().clamp_(0, n - run).long()
     K._TABLES.clear()
     tab = _sample_table(n, sample, 'cpu', run)
-    assert tab.dtype == torch.int64 and torch.equal(tab, ref) and int(tab.max()) <= n - run
+    assert tab.rows == [None] * K._TABLE_ROWS            # nothing drawn until asked for
+    assert torch.equal(tab[24], ref(24)) and sum(r is not None for r in tab.rows) == 1
+    whole = tab.stack()
+    assert whole.dtype == torch.int64 and whole.shape == (K._TABLE_ROWS, k) and int(whole.max()) <= n - run and int(whole.min()) >= 0
+    assert all(torch.equal(whole[r], ref(r)) for r in range(K._TABLE_ROWS))
+    assert _sample_table(n, sample, 'cpu', run) is tab and not torch.equal(whole[0], whole[1])
