@@ -223,3 +223,28 @@ def test_a_collector_with_a_memory_budget_keeps_no_copies():
     a, b = capped.get_statistics('m').output_stats, free.get_statistics('m').output_stats
     assert (a.count, a.nonfinite, a.min, a.max) == (b.count, b.nonfinite, b.min, b.max)
     assert a.mean == pytest.approx(b.mean, rel=1e-12) and a.std == pytest.approx(b.std, rel=1e-12)
+
+
+def test_the_cache_marker_follows_the_source_content_not_its_time(tmp_path, monkeypatch):
+    "numba stamps its disk cache with a hash of the source: a re-exported kernel.py (same bytes, a new time) keeps its compiled loops, so it counts as cached (a first step then loads them, no compiler starts); changed bytes do not."
+    import hashlib, json, os, time
+    from pathlib import Path
+    with fused_kernel(True): assert K.loops_for(torch.randn(4)) is not None
+    assert K._cached()                                  # the loops this process loaded or compiled are marked beside numba's cache
+    src = tmp_path/'kernel.py'
+    src.write_bytes(Path(K.__file__).read_bytes())
+    (tmp_path/'cache').mkdir()
+    monkeypatch.setattr(K, '__file__', str(src))
+    monkeypatch.setenv('NUMBA_CACHE_DIR', str(tmp_path/'cache'))
+    assert not K._cached()                              # nothing compiled for this copy yet
+    K._mark_cached()
+    assert K._cached() and json.loads(Path(K._marker()).read_text())['sha256'] == hashlib.sha256(src.read_bytes()).hexdigest()
+    later = time.time() + 60
+    os.utime(src, (later, later))
+    assert K._cached()                                  # a newer time, the same bytes
+    src.write_bytes(src.read_bytes() + b'\n# changed\n')
+    assert not K._cached()
+    K._mark_cached()
+    assert K._cached()
+    Path(K._marker()).write_text('{')
+    assert not K._cached()                              # an unreadable marker: not cached, no error
