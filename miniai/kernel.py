@@ -374,27 +374,31 @@ _LOOPS = {}                       # 'record', 'rows', 'sketch': the compiled loo
 _LOOP_NAMES = ('_block_loop', '_bits_loop', '_slow_block', '_pass_loop', '_bins_loop', '_record_loop', '_rows_loop', '_keys', '_add_keys', '_sketch_loop')
 _COMPILE_LOCK, _COMPILED = threading.Lock(), threading.Event()
 
+def _jit_loops(ns):
+    "Compile the loops named in `_LOOP_NAMES`, plain functions in namespace `ns` where they call each other, with numba into `ns` (cached on disk where it can), then call each once per float type so that no hook compiles. Only numba and numpy: the compiling process runs this from the file's source without importing torch (`_CHILD`). Whether the disk cache was used."
+    import numba
+    opts = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')
+    on_disk = True
+    for name in _LOOP_NAMES:
+        try: ns[name] = numba.njit(cache=True, **opts)(ns[name])
+        except Exception: ns[name], on_disk = numba.njit(**opts)(ns[name]), False          # no writable cache folder: compile in memory
+    for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):
+        a, skp = np.zeros(2, dt), np.array([1., -2047, 1, 4095])
+        ns['_record_loop'](a, a.view(it), a.view(ut), 0.25, 10., True, True, True, np.empty(len(FIELDS)), np.zeros(0, np.int64), 16, 4.,
+                           np.zeros(42, np.int64), np.zeros(1, np.int64), skp, np.zeros(8191), np.zeros(3))
+        ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
+        ns['_sketch_loop'](a, skp, np.zeros(8191))
+    return on_disk
+
 def _compile_loops():
     "Compile the loops (numba, cached on disk) into `_LOOPS`; a warning, and the torch ops from then on, when numba cannot."
     try:
-        import numba
-        opts = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')
         ns = dict(globals())     # the loops call each other compiled in this namespace; the module's own names stay Python
-        on_disk = True
         for name in _LOOP_NAMES:
             f = globals()[name]
-            py = types.FunctionType(f.__code__, ns, name, f.__defaults__)
-            py.__qualname__, py.__module__ = f.__qualname__, f.__module__
-            try: ns[name] = numba.njit(cache=True, **opts)(py)
-            except Exception: ns[name], on_disk = numba.njit(**opts)(py), False          # no writable cache folder: compile in memory
-        for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):   # compile now, not in a hook
-            a = np.zeros(2, dt)
-            skp = np.array([1., -2047, 1, 4095])
-            ns['_record_loop'](a, a.view(it), a.view(ut), 0.25, 10., True, True, True, np.empty(len(FIELDS)), _NO_INDEX, 16, 4.,
-                               np.zeros(42, np.int64), np.zeros(1, np.int64), skp, np.zeros(8191), np.zeros(3))
-            ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
-            ns['_sketch_loop'](a, skp, np.zeros(8191))
-        if on_disk: _mark_cached()
+            ns[name] = types.FunctionType(f.__code__, ns, name, f.__defaults__)
+            ns[name].__qualname__, ns[name].__module__ = f.__qualname__, f.__module__
+        if _jit_loops(ns): _mark_cached()
         _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'], sketch=ns['_sketch_loop'])
     except Exception as e:
         _LOOPS['failed'] = True
@@ -429,16 +433,30 @@ def _mark_cached():
     if stamp is None or _cached(): return
     with contextlib.suppress(OSError): write_json(_marker(), stamp, durable=False)
 
-# the compiling process: the lowest priority (nice 19) and, where Linux has it, SCHED_IDLE, so that it runs only on a core training leaves idle
-_CHILD = ("import os\nos.nice(19)\ntry: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\nexcept (AttributeError, OSError): pass\n"
-          "import miniai.kernel as K; K._compile_loops()")
+# The compiling process: the lowest priority (nice 19 and, where Linux has it, SCHED_IDLE), so that it runs only on a core training
+# leaves idle; and light: it takes the loops, the constants they read and `_jit_loops` out of this file's source (argv[1]) and
+# compiles them under the file's name, importing numba and numpy but not torch (whose import alone, even at idle priority, slowed
+# the training step it overlapped up to 4x). numba keys its cache by the file, each function's line and bytecode: the same as here.
+_CHILD = """import os, sys, ast, math
+os.nice(19)
+try: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+except (AttributeError, OSError): pass
+import numpy as np
+path = sys.argv[1]
+with open(path, 'rb') as f: tree = ast.parse(f.read(), path)
+ns = {'__name__': sys.argv[2], 'math': math, 'np': np}
+def run(nodes): exec(compile(ast.Module(nodes, []), path, 'exec', flags=0x1000000, dont_inherit=True), ns)   # the module's `from __future__ import annotations`
+run([n for n in tree.body if isinstance(n, ast.Assign) and [getattr(t, 'id', None) for t in n.targets] in (['_BLOCK'], ['FIELDS'], ['_LOOP_NAMES'])])
+imports = ast.parse('import math; import numpy as np').body   # names bound by an import compile as in the module: np.f(...) is LOAD_ATTR, not LOAD_METHOD
+run(imports + [n for n in tree.body if isinstance(n, ast.FunctionDef) and (n.name in ns['_LOOP_NAMES'] or n.name == '_jit_loops')])
+ns['_jit_loops'](ns)
+"""
 
 def _compile_in_background():
     "Compile the loops in a child process at the lowest priority (`_CHILD`; it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
     if not _cached() and '__file__' in globals():
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.environ.get('PYTHONPATH', '')]))
         try:
-            child = _spawn_idle([sys.executable, '-c', _CHILD], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child = _spawn_idle([sys.executable, '-c', _CHILD, _record_loop.__code__.co_filename, __name__], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             child.wait(timeout=900)
         except Exception: pass
     _compile_loops()
@@ -575,7 +593,11 @@ class _SampleTable:
     def __len__(self): return _TABLE_ROWS
     def __getitem__(self, row):
         t = self.rows[row]
-        if t is None: t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)   # the same for any thread: drawn twice at worst
+        if t is None:       # the same for any thread: drawn twice at worst
+            if torch.device(self.device).type == 'cpu': t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)
+            else:           # another device: every row now (a few kernels each, once), so that no later step launches more
+                self.rows = [_table_row(self.n, self.k, self.run, r, self.device) for r in range(_TABLE_ROWS)]
+                t = self.rows[row]
         return t
     def stack(self):
         "Every row, as one `[_TABLE_ROWS, sample // run]` tensor."
@@ -702,14 +724,13 @@ class Recorder:
     def _run_index(self, n, row):
         "Every position of the sample's runs of `_RUN` values for table row `row` (what the torch ops gather), kept with the tables."
         key = (n, 'runs', str(self._device))
-        rows = self._tables.get(key)
-        if rows is None:
+        tab = self._tables.get(key)
+        if tab is None:     # every row at the first call: the ops of a call stay the same all run long
+            t = _sample_table(n, self.sample, self._device, _RUN).stack()
+            with torch.inference_mode(False): tab = (t[:, :, None] + torch.arange(_RUN, device=t.device)).view(len(t), -1)
             if len(self._tables) >= 4: self._tables.clear()
-            rows = self._tables[key] = [None] * _TABLE_ROWS
-        if rows[row] is None:
-            t = _sample_table(n, self.sample, self._device, _RUN)[row]
-            with torch.inference_mode(False): rows[row] = (t[:, None] + torch.arange(_RUN, device=t.device)).view(-1)
-        return rows[row]
+            self._tables[key] = tab
+        return tab[row]
 
     def _fused_sample(self, f, row):
         "What a subclass adds to the compiled pass over CPU tensor `f` (see `_cpu_pass`'s `sketch`): None here."
