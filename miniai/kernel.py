@@ -449,14 +449,20 @@ def run(nodes): exec(compile(ast.Module(nodes, []), path, 'exec', flags=0x100000
 run([n for n in tree.body if isinstance(n, ast.Assign) and [getattr(t, 'id', None) for t in n.targets] in (['_BLOCK'], ['FIELDS'], ['_LOOP_NAMES'])])
 imports = ast.parse('import math; import numpy as np').body   # names bound by an import compile as in the module: np.f(...) is LOAD_ATTR, not LOAD_METHOD
 run(imports + [n for n in tree.body if isinstance(n, ast.FunctionDef) and (n.name in ns['_LOOP_NAMES'] or n.name == '_jit_loops')])
-ns['_jit_loops'](ns)
+written = ns['_jit_loops'](ns)
+if written and len(sys.argv) > 4:   # the cache written: the marker the parent passed says so, even when the parent has exited (`_cached`)
+    import tempfile
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(sys.argv[4]), prefix='.miniai-kernel-')
+    with os.fdopen(fd, 'w') as f: f.write(sys.argv[3])
+    os.replace(tmp, sys.argv[4])
 """
 
 def _compile_in_background():
     "Compile the loops in a child process at the lowest priority (`_CHILD`; it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
     if not _cached() and '__file__' in globals():
         try:
-            child = _spawn_idle([sys.executable, '-c', _CHILD, _record_loop.__code__.co_filename, __name__], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            child = _spawn_idle([sys.executable, '-c', _CHILD, _record_loop.__code__.co_filename, __name__, json.dumps(_stamp()), _marker()],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             child.wait(timeout=900)
         except Exception: pass
     _compile_loops()

@@ -253,11 +253,11 @@ def test_the_cache_marker_follows_the_source_content_not_its_time(tmp_path, monk
 def test_the_compiling_process_builds_the_same_loops_without_torch():
     "The compiling process takes the loops out of kernel.py's source and compiles them without importing torch; numba keys its disk cache by file, module, name, first line and bytecode, so these must be the module's own, or the cache it writes would never be loaded."
     import hashlib, json, subprocess, sys
-    call = "ns['_jit_loops'](ns)"
+    call = "written = ns['_jit_loops'](ns)\n"
     assert call in K._CHILD
     report = ("import json, hashlib\n"
               "print(json.dumps(['torch' in sys.modules, {n: [f.__code__.co_filename, f.__module__, f.__qualname__, f.__code__.co_firstlineno, hashlib.sha256(f.__code__.co_code).hexdigest()]"
-              " for n, f in ns.items() if n in ns['_LOOP_NAMES'] or n == '_jit_loops'}]))")
+              " for n, f in ns.items() if n in ns['_LOOP_NAMES'] or n == '_jit_loops'}]))\nwritten = False\n")
     out = subprocess.run([sys.executable, '-c', K._CHILD.replace(call, report), K._record_loop.__code__.co_filename, K.__name__],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
