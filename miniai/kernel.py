@@ -600,9 +600,10 @@ class _SampleTable:
     def __getitem__(self, row):
         t = self.rows[row]
         if t is None:       # the same for any thread: drawn twice at worst
-            if torch.device(self.device).type == 'cpu': t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)
-            else:           # another device: every row now (a few kernels each, once), so that no later step launches more
-                self.rows = [_table_row(self.n, self.k, self.run, r, self.device) for r in range(_TABLE_ROWS)]
+            if torch.device(self.device).type == 'cpu' and 'record' in _LOOPS and _fused_chosen():   # the compiled loops sample it: this row only
+                t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)
+            else:           # the torch ops (what a GPU runs): every row now, once, so that no later call adds ops
+                self.rows = [r if r is not None else _table_row(self.n, self.k, self.run, i, self.device) for i, r in enumerate(self.rows)]
                 t = self.rows[row]
         return t
     def stack(self):

@@ -132,8 +132,14 @@ def test_cpu_sample_tables_equal_the_torch_formula(n, sample, run):
     K._TABLES.clear()
     tab = _sample_table(n, sample, 'cpu', run)
     assert tab.rows == [None] * K._TABLE_ROWS            # nothing drawn until asked for
-    assert torch.equal(tab[24], ref(24)) and sum(r is not None for r in tab.rows) == 1
+    with fused_kernel(True):                              # the compiled loops sample it: one row at a time
+        assert K.loops_for(torch.ones(2)) is not None
+        assert torch.equal(tab[24], ref(24)) and sum(r is not None for r in tab.rows) == 1
+    K._TABLES.clear()
+    with fused_kernel(False):                             # the torch ops (what a GPU runs): every row at the first use, none later
+        t2 = _sample_table(n, sample, 'cpu', run)
+        assert torch.equal(t2[3], ref(3)) and all(r is not None for r in t2.rows)
     whole = tab.stack()
     assert whole.dtype == torch.int64 and whole.shape == (K._TABLE_ROWS, k) and int(whole.max()) <= n - run and int(whole.min()) >= 0
     assert all(torch.equal(whole[r], ref(r)) for r in range(K._TABLE_ROWS))
-    assert _sample_table(n, sample, 'cpu', run) is tab and not torch.equal(whole[0], whole[1])
+    assert _sample_table(n, sample, 'cpu', run) is t2 and not torch.equal(whole[0], whole[1])
