@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, os, sys, json, hashlib, random, subprocess, threading, contextlib, importlib.util, importlib.metadata, warnings, types, weakref
+import math, os, sys, time, json, hashlib, random, subprocess, threading, contextlib, importlib.util, importlib.metadata, warnings, types, weakref
 from collections import OrderedDict
 import numpy as np, torch
 import fastcore.all as fc
@@ -663,6 +663,16 @@ def _scale_hists(raw, t):
 _RUN = 16   # the histogram sample's values come in runs of one cache line
 _KEEP_CAP = 256 * 2**20          # bytes of tensor copies the recorders may keep while the loops compile; beyond it the torch ops run
 _KEEPING = weakref.WeakSet()     # the recorders keeping some
+_PAUSE_AFTER = 10.               # seconds the torch ops may spend recording CPU tensors in place of loops still compiling; then a recording waits for them
+_FALLBACK = dict(seconds=0., warned=False)   # those seconds so far, in this process (the cold start only: never touched once the loops are ready)
+
+def _pause_for_loops():
+    "The loops, waited for. The torch ops have spent `_PAUSE_AFTER` seconds recording in their place, about what the compile takes on a free core: on a machine whose cores training keeps busy the compiling process (idle priority) runs only when training waits, so waiting now costs at most as much again, and every later step is fast. Warns once."
+    if not _FALLBACK['warned']:
+        _FALLBACK['warned'] = True
+        warnings.warn(f"miniai: its compiled statistics loops are still compiling (once per install); recording without them has taken "
+                      f"{_FALLBACK['seconds']:.0f} s so far, so this step waits for them (about {_PAUSE_AFTER:.0f} s on a free core)", stacklevel=3)
+    return _loops(None)
 
 def _keeps(rec, f):
     "Whether `rec` keeps a copy of CPU tensor `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
@@ -707,6 +717,7 @@ class Recorder:
             if not self.fold: self._raw.append(None)
             self.n_batches += 1; self._cache = None
             return
+        if loops is None and _FALLBACK['seconds'] >= _PAUSE_AFTER and f.is_cpu and 'started' in _LOOPS and _fused_chosen(): loops = _pause_for_loops()
         if self._kept and replay is None and loops is not None: self.flush()   # the loops ready: pass what was kept (cheap); else it waits
         if loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
@@ -714,8 +725,11 @@ class Recorder:
                                float(self.bins / hi), None if self.fold else self.bins,
                                None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
         else:
+            t0 = time.perf_counter()
             m = _moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
             raw = None if self.fold else _sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
+            if f.is_cpu and 'started' in _LOOPS and 'record' not in _LOOPS and 'failed' not in _LOOPS and _fused_chosen():
+                _FALLBACK['seconds'] += time.perf_counter() - t0     # the torch ops in place of the loops, still compiling (CPU ops have finished here)
         if replay is None:
             self._rows.append(m)
             if raw is not None: self._raw.append(raw)

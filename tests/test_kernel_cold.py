@@ -266,3 +266,37 @@ def test_the_compiling_process_builds_the_same_loops_without_torch():
     want = {n: [f.__code__.co_filename, f.__module__, f.__qualname__, f.__code__.co_firstlineno, hashlib.sha256(f.__code__.co_code).hexdigest()]
             for n, f in ((n, getattr(K, n)) for n in K._LOOP_NAMES + ('_jit_loops',))}
     assert funcs == want
+
+
+def test_once_the_torch_ops_have_cost_a_compile_a_recording_waits_for_the_loops(monkeypatch):
+    "A cold start on a busy machine: the compiling process runs only when training waits. Once recording with the torch ops has taken `_PAUSE_AFTER` seconds, the next CPU recording waits for the loops (warning once) and records with them; before that, none waits."
+    import threading, time, warnings
+    warm()
+    ready_loops = {k: K._LOOPS[k] for k in ('record', 'rows', 'sketch')}
+    xs = batches(4, seed=4)
+    with fused_kernel(False):
+        ref = Recorder(seed=2)
+        for x in xs: ref.record(x)
+    monkeypatch.setitem(K._FALLBACK, 'seconds', 0.)
+    monkeypatch.setitem(K._FALLBACK, 'warned', False)
+    rec = Recorder(seed=2)
+    rec.keep_ok = False                                   # no copies: the torch ops record while the loops compile
+    try:
+        with compiling():
+            K._COMPILED.clear()
+            with warnings.catch_warnings():
+                warnings.simplefilter('error')            # no wait, no warning yet
+                rec.record(xs[0]); rec.record(xs[1])
+            spent = K._FALLBACK['seconds']
+            assert spent > 0 and 'record' not in K._LOOPS
+            with fused_kernel(False): rec.record(xs[2])  # the torch ops chosen: not a stand-in for the loops, not counted
+            assert K._FALLBACK['seconds'] == spent
+            monkeypatch.setattr(K, '_PAUSE_AFTER', spent)  # the torch ops have now cost a compile
+            def compiled(): time.sleep(0.3); K._LOOPS.update(ready_loops); K._COMPILED.set()
+            threading.Thread(target=compiled).start()
+            t0 = time.perf_counter()
+            with pytest.warns(UserWarning, match='still compiling'): rec.record(xs[3])
+            assert time.perf_counter() - t0 >= 0.25 and 'record' in K._LOOPS    # it waited, then recorded with the loops
+    finally: K._COMPILED.set()
+    assert len(rec) == 4 and torch.equal(rec.moments.count, ref.moments.count) and torch.equal(rec.moments.nan, ref.moments.nan)
+    assert torch.allclose(rec.moments.mean, ref.moments.mean, rtol=1e-12, equal_nan=True)
