@@ -8,6 +8,7 @@ Usage (repo root): .venv/bin/python bench/bench_cold_long.py [--steps 300] [--ho
                 run the same way just before, for a before/after.
 """
 import argparse, os, subprocess, sys, tempfile, time
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 RUN = r"""
 import sys, statistics, time, warnings, torch, torch.nn.functional as F
@@ -31,6 +32,7 @@ with warnings.catch_warnings(record=True) as caught:
             ts.append(step())
             if ready is None and 'record' in K._LOOPS: ready = i
 waited = any('still compiling' in str(w.message) for w in caught)
+print(K.__file__)
 print(f"{what}, {n} steps: {sum(ts):.1f} s hooked, {sum(ts) / (n * plain):.2f}x a plain step ({plain * 1e3:.0f} ms); "
       f"loops ready at step {ready}; longest step {max(ts):.1f} s; warned of a wait: {waited}")
 """
@@ -40,8 +42,10 @@ def run(what, steps, package=None):
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, 'NUMBA_CACHE_DIR': cache}
         env.pop('MINIAI_FUSED', None)
-        if package: env['PYTHONPATH'] = os.pathsep.join([package, env.get('PYTHONPATH', '')])
-        out = subprocess.run([sys.executable, '-c', RUN, what, str(steps)], capture_output=True, text=True, env=env, timeout=1800)
+        env['PYTHONPATH'] = os.pathsep.join([package or ROOT, env.get('PYTHONPATH', '')])
+        out = subprocess.run([sys.executable, '-c', RUN, what, str(steps)], capture_output=True, text=True, env=env, timeout=1800,
+                             cwd=cache)   # not the repo: `python -c` puts the working folder first on sys.path, ahead of PYTHONPATH
+        if f"{package or ROOT}{os.sep}miniai" not in out.stdout: raise RuntimeError(f'the run imported another miniai:\n{out.stdout}{out.stderr[-2000:]}')
         if out.returncode: raise RuntimeError(out.stderr[-2000:])
         time.sleep(20)   # the compiling child of that process goes on after it; let it finish (idle priority) before the next
         return out.stdout.strip()
