@@ -413,22 +413,36 @@ def _stamp():
         return dict(source=os.path.abspath(__file__), sha256=sha, numba=importlib.metadata.version('numba'), python=sys.implementation.cache_tag)
     except (OSError, importlib.metadata.PackageNotFoundError): return None
 
-def _marker():
-    "The file beside numba's cache that says which `_stamp` the cached loops were compiled for (one per source path: several installs may share `NUMBA_CACHE_DIR`)."
+def _markers():
+    "Where the file that says which `_stamp` the cached loops were compiled for may be (one per source path: several installs may share a folder): beside numba's cache in `NUMBA_CACHE_DIR` when set, else in the package's `__pycache__`, else (an install this user cannot write to, whose loops numba caches in the user's folder) in the user's cache folder."
     src = os.path.abspath(__file__)
-    where = os.environ.get('NUMBA_CACHE_DIR') or os.path.join(os.path.dirname(src), '__pycache__')
-    return os.path.join(where, f"miniai-kernel-{hashlib.sha256(src.encode()).hexdigest()[:12]}.json")
+    name = f"miniai-kernel-{hashlib.sha256(src.encode()).hexdigest()[:12]}.json"
+    if os.environ.get('NUMBA_CACHE_DIR'): return [os.path.join(os.environ['NUMBA_CACHE_DIR'], name)]
+    user = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'), 'miniai')
+    return [os.path.join(os.path.dirname(src), '__pycache__', name), os.path.join(user, name)]
+
+def _marker():
+    "The marker file to write: the first of `_markers` whose folder is there and writable, or can be made."
+    paths = _markers()
+    for p in paths:
+        d = os.path.dirname(p)
+        with contextlib.suppress(OSError): os.makedirs(d, exist_ok=True)
+        if os.path.isdir(d) and os.access(d, os.W_OK): return p
+    return paths[0]
 
 def _cached():
     "Whether numba's disk cache holds the loops of this very file, by the marker `_compile_loops` writes once they are compiled and cached (then loading them here takes a moment)."
     stamp = _stamp()
     if stamp is None: return False
-    try:
-        with open(_marker()) as f: return json.load(f) == stamp
-    except (OSError, ValueError): return False
+    for p in _markers():
+        try:
+            with open(p) as f:
+                if json.load(f) == stamp: return True
+        except (OSError, ValueError): pass
+    return False
 
 def _mark_cached():
-    "Write the marker of the loops just compiled into (or loaded from) numba's disk cache, when it says otherwise; nothing when it cannot be written."
+    "Write the marker of the loops just compiled into (or loaded from) numba's disk cache, when none says so yet; nothing when it cannot be written."
     stamp = _stamp()
     if stamp is None or _cached(): return
     with contextlib.suppress(OSError): write_json(_marker(), stamp, durable=False)

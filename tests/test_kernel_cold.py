@@ -300,3 +300,19 @@ def test_once_the_torch_ops_have_cost_a_compile_a_recording_waits_for_the_loops(
     finally: K._COMPILED.set()
     assert len(rec) == 4 and torch.equal(rec.moments.count, ref.moments.count) and torch.equal(rec.moments.nan, ref.moments.nan)
     assert torch.allclose(rec.moments.mean, ref.moments.mean, rtol=1e-12, equal_nan=True)
+
+
+def test_an_install_without_a_writable_pycache_keeps_its_marker_in_the_users_cache(tmp_path, monkeypatch):
+    "An install this user cannot write to (here: its `__pycache__` cannot be a folder): numba caches the loops in the user's folder, and the marker goes to the user's cache folder, so later processes still find the loops cached."
+    from pathlib import Path
+    pkg = tmp_path/'site'/'miniai'
+    pkg.mkdir(parents=True)
+    (pkg/'kernel.py').write_bytes(Path(K.__file__).read_bytes())
+    (pkg/'__pycache__').write_text('not a folder')
+    monkeypatch.setattr(K, '__file__', str(pkg/'kernel.py'))
+    monkeypatch.delenv('NUMBA_CACHE_DIR', raising=False)
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path/'home-cache'))
+    assert not K._cached()
+    assert K._marker().startswith(str(tmp_path/'home-cache'/'miniai'))
+    K._mark_cached()
+    assert K._cached() and len(list((tmp_path/'home-cache'/'miniai').glob('miniai-kernel-*.json'))) == 1
