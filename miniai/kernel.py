@@ -430,9 +430,9 @@ def _marker():
         if os.path.isdir(d) and os.access(d, os.W_OK): return p
     return paths[0]
 
-def _cached():
-    "Whether numba's disk cache holds the loops of this very file, by the marker `_compile_loops` writes once they are compiled and cached (then loading them here takes a moment)."
-    stamp = _stamp()
+def _cached(stamp=None):
+    "Whether numba's disk cache holds the loops of this very file, by the marker `_compile_loops` writes once they are compiled and cached (then loading them here takes a moment). `stamp`: `_stamp()`, when the caller has it."
+    stamp = stamp or _stamp()
     if stamp is None: return False
     for p in _markers():
         try:
@@ -444,7 +444,7 @@ def _cached():
 def _mark_cached():
     "Write the marker of the loops just compiled into (or loaded from) numba's disk cache, when none says so yet; nothing when it cannot be written."
     stamp = _stamp()
-    if stamp is None or _cached(): return
+    if stamp is None or _cached(stamp): return
     with contextlib.suppress(OSError): write_json(_marker(), stamp, durable=False)
 
 # The compiling process: the lowest priority (nice 19 and, where Linux has it, SCHED_IDLE), so that it runs only on a core training
@@ -473,7 +473,7 @@ if written and len(sys.argv) > 4:   # the cache written: the marker the parent p
 
 def _compile_in_background():
     "Compile the loops in a child process at the lowest priority (`_CHILD`; it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
-    if not _cached() and '__file__' in globals():
+    if not _LOOPS['cached'] and '__file__' in globals():   # as `_start_compiling` found it
         try:
             child = _spawn_idle([sys.executable, '-c', _CHILD, _record_loop.__code__.co_filename, __name__, json.dumps(_stamp()), _marker()],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -688,11 +688,14 @@ def _pause_for_loops():
                       f"{_FALLBACK['seconds']:.0f} s so far, so this step waits for them (about {_PAUSE_AFTER:.0f} s on a free core)", stacklevel=3)
     return _loops(None)
 
+def _stand_in(f):
+    "Whether the torch ops would record `f` in place of the loops: a CPU float32/float64 tensor, the loops chosen, and still compiling."
+    return ('started' in _LOOPS and 'record' not in _LOOPS and 'failed' not in _LOOPS and f.is_cpu
+            and f.dtype in (torch.float32, torch.float64) and _fused_chosen())
+
 def _keeps(rec, f):
-    "Whether `rec` keeps a copy of CPU tensor `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
-    if 'started' not in _LOOPS or 'record' in _LOOPS or 'failed' in _LOOPS or f.dtype not in (torch.float32, torch.float64) or not f.is_cpu: return False
-    if not _fused_chosen(): return False   # the torch ops chosen
-    return sum(r._kept_bytes for r in _KEEPING) + f.numel() * f.element_size() <= _KEEP_CAP
+    "Whether `rec` keeps a copy of `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
+    return _stand_in(f) and sum(r._kept_bytes for r in _KEEPING) + f.numel() * f.element_size() <= _KEEP_CAP
 
 class Recorder:
     "Statistics of one tensor stream, kept on its device until read: a `Moments` row and an |x| histogram per batch (lesson 10), or every batch folded into one row (`fold=True`, run-wide)."
@@ -731,7 +734,7 @@ class Recorder:
             if not self.fold: self._raw.append(None)
             self.n_batches += 1; self._cache = None
             return
-        if loops is None and _FALLBACK['seconds'] >= _PAUSE_AFTER and f.is_cpu and 'started' in _LOOPS and _fused_chosen(): loops = _pause_for_loops()
+        if loops is None and _FALLBACK['seconds'] >= _PAUSE_AFTER and _stand_in(f): loops = _pause_for_loops()
         if self._kept and replay is None and loops is not None: self.flush()   # the loops ready: pass what was kept (cheap); else it waits
         if loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
@@ -742,8 +745,7 @@ class Recorder:
             t0 = time.perf_counter()
             m = _moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
             raw = None if self.fold else _sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
-            if f.is_cpu and 'started' in _LOOPS and 'record' not in _LOOPS and 'failed' not in _LOOPS and _fused_chosen():
-                _FALLBACK['seconds'] += time.perf_counter() - t0     # the torch ops in place of the loops, still compiling (CPU ops have finished here)
+            if _stand_in(f): _FALLBACK['seconds'] += time.perf_counter() - t0     # in place of the loops, still compiling (CPU ops have finished here)
         if replay is None:
             self._rows.append(m)
             if raw is not None: self._raw.append(raw)
