@@ -146,31 +146,44 @@ def ops_per_call(x):
     return res
 
 COLD = """
-import sys, statistics, torch, torch.nn.functional as F
-sys.path.insert(0, "bench")
+import sys, statistics, warnings, torch, torch.nn.functional as F
 from _timing import clock
 from torch import nn
 from miniai.learner import baseline_cnn, set_seed
 from miniai.activations import ActivationStats
 from miniai.statistics import ActivationStatisticsHook
+import miniai.kernel as K
+what, steps = sys.argv[1], int(sys.argv[2])
 set_seed(1); model = baseline_cnn(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))
 def step():
     t0 = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t0
 plain = statistics.median([step() for _ in range(6)][1:])
-t0 = clock(); rec = ActivationStats(nn.Conv2d) if sys.argv[1] == 'ActivationStats' else ActivationStatisticsHook(); made = clock() - t0   # a cached load happens here
-with rec.attach(model, nn.Conv2d) if sys.argv[1] != 'ActivationStats' else rec.attach(model): hooked = [step() for _ in range(12)]
-print(plain, made, *hooked)
+t0 = clock(); rec = ActivationStats(nn.Conv2d) if what == 'ActivationStats' else ActivationStatisticsHook(); made = clock() - t0   # a cached load happens here
+hooked, ready = [], -1
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter('always')
+    with rec.attach(model, nn.Conv2d) if what != 'ActivationStats' else rec.attach(model):
+        for i in range(steps):
+            hooked.append(step())
+            if ready < 0 and 'record' in K._LOOPS: ready = i
+waited = any('still compiling' in str(w.message) for w in caught)
+print(K.__file__)
+print(plain, made, ready, int(waited), *hooked)
 """
 
-def cold_start(cache, what='ActivationStats'):
-    "A fresh process (numba cache folder `cache`) that makes `what` ('ActivationStats', or the default collector: 'StatisticsConfig') as a user would and trains: its plain step, the time to make it, and its hooked steps."
-    env = {**os.environ, 'NUMBA_CACHE_DIR': cache}
+def cold_start(cache, what='ActivationStats', steps=12, package=None):
+    "A fresh process (numba cache folder `cache`) that makes `what` ('ActivationStats', or the default collector: 'StatisticsConfig') as a user would and trains `steps` steps, with this tree's package or the copy in `package` (`package/miniai`): its plain step, the time to make it, the step at which the loops were ready (-1: never), whether it warned of waiting for them, and its hooked steps."
+    root = package or str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, 'NUMBA_CACHE_DIR': cache, 'PYTHONPATH': os.pathsep.join([root, str(Path(__file__).resolve().parent), os.environ.get('PYTHONPATH', '')])}
     env.pop('MINIAI_FUSED', None)
-    out = subprocess.run([sys.executable, '-c', COLD, what], capture_output=True, text=True, env=env, timeout=600)
+    out = subprocess.run([sys.executable, '-c', COLD, what, str(steps)], capture_output=True, text=True, env=env, timeout=1800,
+                         cwd=cache)   # not the repo: `python -c` puts the working folder ahead of PYTHONPATH
     if out.returncode: raise RuntimeError(f'the cold-start process failed:\n{out.stderr[-2000:]}')
-    plain, made, *hooked = map(float, out.stdout.split())
-    return plain, made, hooked
+    path, numbers = out.stdout.strip().split('\n')[-2:]
+    if not path.startswith(os.path.join(os.path.abspath(root), 'miniai')): raise RuntimeError(f'the cold-start process imported another miniai: {path}')
+    plain, made, ready, waited, *hooked = map(float, numbers.split())
+    return plain, made, int(ready), bool(waited), hooked
 
 def wait_for_cache(cache, timeout=600):
     "Wait until the compiling child of a cold process (it goes on after its parent exits) has written every loop to `cache`: the last one's index there, and no file changed for 3 s."
@@ -192,11 +205,11 @@ def cold_report(n, what):
     for kind, k in (('empty numba cache', 0), ('warm numba cache', 1)):
         got = [r[k] for r in rows if r[k] is not None]
         if not got: continue
-        firsts = [h[0] / p for p, _, h in got]
-        rest = [v / p for p, _, h in got for v in h[1:]]
+        firsts = [h[0] / p for p, _, _, _, h in got]
+        rest = [v / p for p, _, _, _, h in got for v in h[1:]]
         print(f"cold start of {what}, {kind} ({len(got)} fresh processes): first hooked step {', '.join(f'{v:.2f}x' for v in sorted(firsts))} "
               f"of a plain step; the 11 after it {statistics.median(rest):.2f}x (median), at most {max(rest):.2f}x; "
-              f"making it {statistics.median(m for _, m, _ in got)*1e3:.0f} ms (median)")
+              f"making it {statistics.median(m for _, m, _, _, _ in got)*1e3:.0f} ms (median)")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
