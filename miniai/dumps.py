@@ -461,4 +461,4 @@ def register_saving_hook(model:nn.Module, path='./tmp_tensors', layers=None, max
     finally: model.saving_hook = new
     return model
 
-register_hook = register_saving_hook   # the source document's name
+register_hook = register_saving_hook   # the name training scripts for large models use

@@ -278,7 +278,7 @@ def _renames(f):
     return {old: new for old, new in _OTHER_NAMES.items() if new in params and old not in params}
 
 def other_names(o):
-    "Let function or class `o` take the course's and the documents' names for its vocabulary arguments (`mod_filter=` for `layers=`...); a class also gets them as properties."
+    "Let function or class `o` take the course's and other tools' names for its vocabulary arguments (`mod_filter=` for `layers=`...); a class also gets them as properties."
     if isinstance(o, type):
         renames = _renames(o.__init__)
         o.__init__ = other_names(o.__init__)
