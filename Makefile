@@ -1,4 +1,4 @@
-# The two commands of README.md. Both set everything up on a fresh machine: .venv, the package and its
+# The commands of README.md (`make lab` opens the lessons in JupyterLab). Both set everything up on a fresh machine: .venv, the package and its
 # dev tools, and FashionMNIST from Debian's package dataset-fashion-mnist.
 SHELL := /bin/bash
 VENV ?= .venv
@@ -7,7 +7,7 @@ STAMP := $(VENV)/.miniai-installed
 DATA := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export MPLBACKEND ?= Agg
 
-.PHONY: demo test data install bench
+.PHONY: demo test data install bench lab
 
 install: $(STAMP)
 
@@ -43,3 +43,6 @@ test: install data
 
 bench: install data
 	@for f in bench/bench_*.py; do echo "== $$f"; $(PY) $$f || exit 1; done
+
+lab: install data
+	cd nbs && env -u MPLBACKEND $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) 10_activations.ipynb   # no Agg: figures inline
