@@ -1,4 +1,4 @@
-"""Lesson 11: from the diagnosis to the fixes. Kaiming init, input normalisation, `GeneralRelu`, LSUV and BatchNorm, each applied in turn to the lesson-10 baseline and checked with `ActivationStats`.
+"""Lesson 11: why a deep network needs a good start, then the fixes. Kaiming init, input normalisation, `GeneralRelu`, LSUV and BatchNorm, each applied in turn to the lesson-10 baseline and checked with `ActivationStats`.
 
 Docs: https://miniai.github.io/miniai/initializing.html.md"""
 
@@ -22,46 +22,16 @@ from .activations import *
 from .hooks import other_names
 
 # %% auto #0
-__all__ = ['clean_ipython_hist', 'clean_tb', 'clean_mem', 'get_model', 'init_weights', 'BatchTransformCB', 'GeneralRelu',
-           'plot_func', 'lsuv_init', 'LayerNorm', 'BatchNorm', 'conv']
-
-# %% ../nbs/11_initializing.ipynb #3cc5669f
-def clean_ipython_hist():
-    "Empty IPython's output cache (`_`, `__`, `___`, `Out`) and input history (`_i`, `_i3`...); a no-op outside IPython."
-    try: from IPython import get_ipython
-    except ImportError: return
-    ip = get_ipython()
-    if ip is None: return
-    ip.displayhook.flush()
-    pc = ip.displayhook.prompt_count + 1
-    for n in range(1, pc): ip.user_ns.pop('_i'+repr(n), None)
-    ip.user_ns.update(dict(_i='', _ii='', _iii=''))
-    hm = getattr(ip, 'history_manager', None)
-    if hm is None: return
-    hm.input_hist_parsed[:] = [''] * pc
-    hm.input_hist_raw[:] = [''] * pc
-    hm._i = hm._ii = hm._iii = hm._i00 = ''
-
-def clean_tb():
-    "Forget the last exception: clear its traceback's frames (they hold the failed call's locals) and drop `sys.last_*`."
-    tb = getattr(sys, 'last_traceback', None)
-    if tb is not None: traceback.clear_frames(tb)
-    for nm in ('last_type', 'last_value', 'last_traceback', 'last_exc'):
-        if hasattr(sys, nm): delattr(sys, nm)
-
-def clean_mem():
-    "`clean_tb`, `clean_ipython_hist`, then collect garbage and empty the CUDA/MPS caches."
-    clean_tb()
-    clean_ipython_hist()
-    gc.collect()
-    if torch.cuda.is_available(): torch.cuda.empty_cache()
-    if torch.backends.mps.is_available(): torch.mps.empty_cache()
+__all__ = ['get_model', 'init_weights', 'BatchTransformCB', 'GeneralRelu', 'plot_func', 'lsuv_init', 'LayerNorm', 'BatchNorm',
+           'clean_ipython_hist', 'clean_tb', 'clean_mem', 'conv']
 
 # %% ../nbs/11_initializing.ipynb #2eee2404
 def one_cycle(opt, total_steps, pct_start=0.25):
     "A `OneCycleLR` over `total_steps` for `opt`, peaking at the optimiser's own learning rate after `pct_start` of them."
     return OneCycleLR(opt, max_lr=[g['lr'] for g in opt.param_groups], total_steps=total_steps, pct_start=pct_start)
 
+
+# %% ../nbs/11_initializing.ipynb #3c9665d7
 def _needs_total_steps(sched):
     "Whether `sched(opt)` would still miss a `total_steps`: it has no default, or defaults to None (`OneCycleLR`) and neither it nor `epochs` and `steps_per_epoch` were given."
     try: sig = inspect.signature(sched)
@@ -73,6 +43,7 @@ def _needs_total_steps(sched):
     if p.default is p.empty: return True
     return p.default is None and not ('epochs' in given and 'steps_per_epoch' in given)
 
+# %% ../nbs/11_initializing.ipynb #9d270d9e
 class SchedCB(Callback):
     "Build the scheduler `sched(opt)` (as `schedo`) before fit, filling in a missing `total_steps` (the fit's training batches), and step it after every training step."
     order = TrainCB.order + 1
@@ -183,13 +154,7 @@ def plot_func(f, start=-5., end=5., steps=100, ax=None, **kwargs):
     ax.grid(True, which='both', ls='--')
     ax.axhline(y=0, color='k', linewidth=0.7); ax.axvline(x=0, color='k', linewidth=0.7)
 
-# %% ../nbs/11_initializing.ipynb #ec8ef386
-def _lsuv_stats(hook, mod, inp, outp):
-    "Forward hook for LSUV: keep the mean, the std and whether the output is constant, as tensors on its device."
-    acts = outp.detach()
-    hook.mean, hook.std = acts.mean(), acts.std()
-    hook.constant = acts.amax() == acts.amin()   # a constant output can have a tiny rounding-error std
-
+# %% ../nbs/11_initializing.ipynb #de42ea6b
 _lsuv_usage = ("lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50): `m` is the activation module whose output is measured, "
                "`m_in` the layer before it whose weight and bias are adjusted, `xb` a batch of inputs. "
                "To initialise every layer of a model use lsuv_model(model, xb)")
@@ -217,6 +182,18 @@ def _check_lsuv_args(model, m, m_in, xb):
         raise TypeError(f"`m_in` ({type(m_in).__name__}) has no weight to rescale. Expected {_lsuv_usage}")
     if not isinstance(xb, torch.Tensor): raise TypeError(f"`xb` is a {type(xb).__name__}, not a tensor. Expected {_lsuv_usage}")
 
+def _lsuv_text(res):
+    "The warning for a layer that did not converge, from its record."
+    return (f"lsuv_init: {res['layer']} did not reach mean 0, std 1 within tol={res['tol']} in {res['iters']} iterations "
+            f"(mean {res['mean']:.4f}, std {res['std']:.4f})")
+
+# %% ../nbs/11_initializing.ipynb #ec8ef386
+def _lsuv_stats(hook, mod, inp, outp):
+    "Forward hook for LSUV: keep the mean, the std and whether the output is constant, as tensors on its device."
+    acts = outp.detach()
+    hook.mean, hook.std = acts.mean(), acts.std()
+    hook.constant = acts.amax() == acts.amin()   # a constant output can have a tiny rounding-error std
+
 def _lsuv_layer(model, m, m_in, xb, tol=1e-3, max_iters=50, name=None):
     "LSUV for one pair; returns a dict with the layer's name, the iterations used and the mean and std reached."
     _check_lsuv_args(model, m, m_in, xb)
@@ -237,11 +214,6 @@ def _lsuv_layer(model, m, m_in, xb, tol=1e-3, max_iters=50, name=None):
     res = dict(layer=name, iters=i, mean=mean, std=std, converged=abs(std - 1) <= tol and abs(mean) <= tol, tol=tol)
     if not res['converged']: warnings.warn(_lsuv_text(res))
     return res
-
-def _lsuv_text(res):
-    "The warning for a layer that did not converge, from its record."
-    return (f"lsuv_init: {res['layer']} did not reach mean 0, std 1 within tol={res['tol']} in {res['iters']} iterations "
-            f"(mean {res['mean']:.4f}, std {res['std']:.4f})")
 
 @_explain_call(_lsuv_usage)
 def lsuv_init(model, m, m_in, xb, tol=1e-3, max_iters=50):
@@ -359,3 +331,35 @@ def variant_learner(variant, dls, cbs=(), lr=None):
     "A `Learner` training `make_variant`'s dict `variant` on `dls`, with `TrainCB`, `DeviceCB`, its own and the extra `cbs`."
     return Learner(variant['model'], dls, variant['loss_func'], lr=lr or variant['lr'],
                    cbs=[TrainCB(), DeviceCB(), *variant['cbs'], *cbs], opt_func=variant['opt_func'])
+
+# %% ../nbs/11_initializing.ipynb #3cc5669f
+def clean_ipython_hist():
+    "Empty IPython's output cache (`_`, `__`, `___`, `Out`) and input history (`_i`, `_i3`...); a no-op outside IPython."
+    try: from IPython import get_ipython
+    except ImportError: return
+    ip = get_ipython()
+    if ip is None: return
+    ip.displayhook.flush()
+    pc = ip.displayhook.prompt_count + 1
+    for n in range(1, pc): ip.user_ns.pop('_i'+repr(n), None)
+    ip.user_ns.update(dict(_i='', _ii='', _iii=''))
+    hm = getattr(ip, 'history_manager', None)
+    if hm is None: return
+    hm.input_hist_parsed[:] = [''] * pc
+    hm.input_hist_raw[:] = [''] * pc
+    hm._i = hm._ii = hm._iii = hm._i00 = ''
+
+def clean_tb():
+    "Forget the last exception: clear its traceback's frames (they hold the failed call's locals) and drop `sys.last_*`."
+    tb = getattr(sys, 'last_traceback', None)
+    if tb is not None: traceback.clear_frames(tb)
+    for nm in ('last_type', 'last_value', 'last_traceback', 'last_exc'):
+        if hasattr(sys, nm): delattr(sys, nm)
+
+def clean_mem():
+    "`clean_tb`, `clean_ipython_hist`, then collect garbage and empty the CUDA/MPS caches."
+    clean_tb()
+    clean_ipython_hist()
+    gc.collect()
+    if torch.cuda.is_available(): torch.cuda.empty_cache()
+    if torch.backends.mps.is_available(): torch.mps.empty_cache()
