@@ -78,6 +78,36 @@ def test_conv_and_device_helpers():
     assert to_device({'a': [torch.zeros(1)]})['a'][0].device.type == torch.device(def_device).type
 
 
+def test_why_init_matters():
+    "The lesson's reasoning, as it runs: fifty random 100x100 layers overflow with weights of std 1, underflow with 0.01, keep their size with 1/sqrt(n_in); with ReLUs 1/sqrt(n_in) fades and Kaiming's sqrt(2/n_in) does not."
+    def through(scale, relu=False, n=50):
+        x = torch.randn(200, 100)
+        for _ in range(n):
+            x = x @ (torch.randn(100, 100) * scale)
+            if relu: x = x.relu()
+        return x
+    set_seed(0)
+    assert not torch.isfinite(through(1.)).any()
+    assert (through(0.01) == 0).all()
+    assert 0.01 < through(0.1).std() < 100
+    assert through(1/math.sqrt(100), relu=True).std() < 1e-5
+    assert 0.01 < through(math.sqrt(2/100), relu=True).std() < 10
+    # a ReLU halves the mean square; a layer adds up n_in products of mean square 1
+    z = torch.randn(100_000)
+    assert abs(z.relu().pow(2).mean() / z.pow(2).mean() - 0.5) < 0.02
+    assert 9 < (torch.randn(1000, 100) @ torch.randn(100, 100)).std() < 11
+
+
+def test_init_weights_keeps_a_deep_relu_stack_alive():
+    "Eight bias-free conv+ReLU blocks: PyTorch's default init shrinks the std about 0.4 times per block, `init_weights` (Kaiming) keeps it."
+    def stack(): return nn.Sequential(*[nn.Sequential(nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.ReLU()) for _ in range(8)])
+    set_seed(0)
+    x = torch.randn(16, 16, 12, 12)
+    with torch.no_grad():
+        default, kaiming = stack()(x).std(), stack().apply(init_weights)(x).std()
+    assert default < 1e-2 < 0.1 < kaiming < 10, (default, kaiming)
+
+
 def test_baseline_and_kaiming(dls1024):
     # lesson 10's model with lesson 7's conv (the last one without activation)
     def get_model():

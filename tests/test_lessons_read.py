@@ -1,6 +1,7 @@
 """The lessons read as the course's: every cell that draws is committed with its picture, and the visible cells hold
-only the few checks that teach (edge cases live in `#|hide` cells and tests/)."""
-import ast, json, re
+only the few checks that teach (edge cases live in `#|hide` cells and tests/); the story lessons show code in short
+cells; every picture is one a reader can see; README's table names every notebook, each under a number of its own."""
+import ast, base64, json, re, struct
 from pathlib import Path
 import pytest
 
@@ -13,6 +14,9 @@ DRAWS = {'color_dim', 'dead_chart', 'plot_stats', 'show_image', 'show_images', '
          'matshow', 'pcolormesh', 'semilogy', 'loglog'}
 TEST_LINE = re.compile(r'^\s*(assert\b|test_\w*\(|test_\w+\s*\(|[\w.]*\btest_(eq|ne|close|fail|warns|is|shuffled|stdout|eq_type)\b)')
 MAX_VISIBLE_TEST_LINES = 20
+STORY_LESSONS = ('11_initializing',)   # the course's lessons told as stories: short visible cells
+MAX_VISIBLE_CELL_LINES = 40
+MIN_PICTURE_PX = 100                  # a picture narrower or lower than this shows nothing (a stripe from a test's figure)
 
 def _source(cell): return ''.join(cell['source']) if isinstance(cell['source'], list) else cell['source']
 def _directives(src): return {m.replace(' ', '') for m in re.findall(r'^\s*#\s*\|\s*([\w-]+(?::\s*\w+)?)', src, re.M)}
@@ -38,12 +42,12 @@ def _cells(nb_path):
 
 @pytest.mark.parametrize('nb_path', notebooks, ids=[p.stem for p in notebooks])
 def test_drawing_cells_have_their_picture(nb_path):
-    "Every visible cell that calls a drawing function was committed with an image output."
+    "Every visible cell that calls a drawing function was committed with an image output (a hidden check closes its figures)."
     missing = []
     for i, cell in enumerate(_cells(nb_path)):
         src = _source(cell)
         d = _directives(src)
-        if d & {'export', 'exports', 'eval:false', 'notest'}: continue   # definitions, and cells that never run
+        if d & {'export', 'exports', 'eval:false', 'notest', 'hide'}: continue   # definitions, cells that never run, and hidden checks (a reader sees no picture of theirs)
         calls = _draw_calls(src)
         if not calls: continue
         if not any('image/png' in o.get('data', {}) for o in cell.get('outputs', [])):
@@ -70,3 +74,39 @@ def test_the_checks_see_what_they_look_for():
     assert _draw_calls("fig, axs = plt.subplots(1, 2)\nfor a, ax in zip(stats, axs): a.color_dim(ax=ax)") == ['color_dim']
     assert _directives("#| hide\nx") == {'hide'} and _directives("#|eval: false\n") == {'eval:false'}
     assert [bool(TEST_LINE.match(l)) for l in ("test_eq(a, b)", "  assert x", "x = test_result", "fc.test_close(a, b)")] == [True, True, False, True]
+
+@pytest.mark.parametrize('name', STORY_LESSONS)
+def test_story_lessons_show_short_cells(name):
+    "A story lesson's visible code cells, exported ones included, are at most 40 lines: longer code goes to a hidden cell or its own notebook."
+    long = []
+    for i, cell in enumerate(_cells(nbs_path/f'{name}.ipynb')):
+        src = _source(cell)
+        if 'hide' in _directives(src): continue
+        if (n := len(src.splitlines())) > MAX_VISIBLE_CELL_LINES: long.append(f"code cell {i}: {n} lines: {src.splitlines()[0][:60]!r}")
+    assert not long, f"{name}: visible cells longer than {MAX_VISIBLE_CELL_LINES} lines:\n" + '\n'.join(long)
+
+def _png_size(b64):
+    "Width and height of a base64 PNG, from its IHDR chunk."
+    return struct.unpack('>II', base64.b64decode(b64)[16:24])
+
+@pytest.mark.parametrize('nb_path', notebooks, ids=[p.stem for p in notebooks])
+def test_pictures_can_be_seen(nb_path):
+    "Every committed picture is at least 100 pixels each way: a figure a hidden test drew by the way is closed, not committed."
+    small = [f"code cell {i}: {w}x{h} px" for i, cell in enumerate(_cells(nb_path)) for o in cell.get('outputs', [])
+             if 'image/png' in o.get('data', {}) for w, h in [_png_size(o['data']['image/png'])] if min(w, h) < MIN_PICTURE_PX]
+    assert not small, f"{nb_path.name}: pictures too small to show anything:\n" + '\n'.join(small)
+
+def test_readme_lists_every_notebook_under_its_own_number():
+    "index.ipynb (README.md) has a row for every notebook, and no two notebooks share a number (`10a`)."
+    index = ''.join(_source(c) for c in json.loads((nbs_path/'index.ipynb').read_text())['cells'] if c['cell_type'] == 'markdown')
+    stems = [p.stem for p in notebooks if p.stem != 'index']
+    assert not (missing := [s for s in stems if f'`{s}`' not in index]), f"notebooks missing from index.ipynb's table: {missing}"
+    numbers = [s.split('_')[0] for s in stems]
+    assert not (twice := sorted({n for n in numbers if numbers.count(n) > 1})), f"numbers shared by two notebooks: {twice}"
+
+def test_png_size_reads_the_header():
+    import io, matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig = plt.figure(figsize=(1, 2), dpi=50); buf = io.BytesIO(); fig.savefig(buf, format='png'); plt.close(fig)
+    assert _png_size(base64.b64encode(buf.getvalue())) == (50, 100)
