@@ -212,3 +212,11 @@ def test_hf_statistics_cb_keeps_phases_apart(H):
     train = [h[name].n_updates for h, p in zip(cb.history, cb.history_phases) if p == 'train']
     valid = [h[name].n_updates for h, p in zip(cb.history, cb.history_phases) if p == 'valid']
     assert train == [16, 16] and len(valid) >= 5 and all(v == 2 for v in valid)     # at steps 6, 12, ..., 30 (and the end); 4 eval sequences in batches of 2
+
+def test_a_callback_given_straight_to_a_trainer_says_how_to_wrap_it(L, H):
+    "ActivationStats is a callback of miniai's Learner: Lightning and the HF Trainer ask it for their own events, and the error names the wrappers."
+    fit = L[0]
+    with pytest.raises(AttributeError, match=r"no `on_.*lightning_callback\(cb\).*hf_callback\(cb\)"): fit(ActivationStats(), max_steps=1)
+    gpt, trainer, _ = H
+    with pytest.raises(AttributeError, match=r"no `on_init_end`.*lightning_callback"): trainer(gpt(), ActivationStats(), max_steps=1)
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"): ActivationStats().colour   # any other name: the usual error
