@@ -227,20 +227,29 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
         if _takes_name(layers): return [(n, m) for n, m in named if layers(n, m)]
         return [(n, m) for n, m in named if layers(m)]
     if isinstance(layers, str): layers = [layers]
-    layers = list(layers)
+    try: layers = list(layers)
+    except TypeError: raise TypeError(f"{arg}: expected a layer name, a pattern, a class, a module, a function or a list of them, got {type(layers).__name__}") from None
+    names = {id(m): n for n, m in named}      # each module once, under its first name (`s.b = s.a` is one layer, named 'a')
     if all(isinstance(o, nn.Module) for o in layers):
-        names = {id(m): n for n, m in named}
         stranger = next((i for i, m in enumerate(layers) if id(m) not in names), None)
         if stranger is not None:   # hooking it would record another model's forwards, or nothing
             raise ValueError(f"{arg}: item {stranger} ({type(layers[stranger]).__name__}) is not a module of this {type(model).__name__}; "
                              "pass modules of the model being hooked, or their names")
-        return [(names[id(m)], m) for m in layers]
+        return list({id(m): (names[id(m)], m) for m in layers}.values())     # in the list's order, each module once
     by_name, classes = dict(named), {type(m).__name__ for _, m in named}
+    aliases = {n: m for n, m in model.named_modules(remove_duplicate=False) if n not in by_name}   # a module's other names
     qualified = [n for n in by_name if n]      # the root has no name: a pattern never picks the whole model
-    want, patterns = set(), []
-    for s in layers:
-        if not isinstance(s, str): raise TypeError(f"{arg}: expected names, types or a function, got {type(s).__name__}")
+    want, patterns, types, mods = set(), [], [], set()
+    for i, s in enumerate(layers):
+        if isinstance(s, type) and issubclass(s, nn.Module): types.append(s); continue
+        if isinstance(s, nn.Module):
+            if id(s) not in names: raise ValueError(f"{arg}: item {i} ({type(s).__name__}) is not a module of this {type(model).__name__}; "
+                                                    "pass modules of the model being hooked, or their names")
+            mods.add(id(s)); continue
+        if not isinstance(s, str):
+            raise TypeError(f"{arg}: item {i} ({type(s).__name__}) is no layer name, pattern, class (nn.Conv2d or 'Conv2d') or module")
         if s in by_name or s in classes: want.add(s)
+        elif s in aliases: mods.add(id(aliases[s]))
         elif _is_pattern(s):
             if not any(fnmatch.fnmatchcase(n, s) for n in qualified):
                 raise LayerNotFoundError(f"{arg}: the pattern {s!r} matches no layer name in the model" + _close(s, qualified, 'layer names'))
@@ -248,7 +257,9 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
         else:
             raise LayerNotFoundError(f"{arg}: {s!r} is neither a layer name nor a class name in the model"
                                      + _close(s, qualified, 'layer names') + _close(s, sorted(classes), 'class names'))
-    return [(n, m) for n, m in named if n in want or type(m).__name__ in want or (n and any(fnmatch.fnmatchcase(n, p) for p in patterns))]
+    types = tuple(types)
+    return [(n, m) for n, m in named if n in want or type(m).__name__ in want or id(m) in mods or (types and isinstance(m, types))
+            or (n and any(fnmatch.fnmatchcase(n, p) for p in patterns))]
 
 # %% ../nbs/09b_hooks.ipynb #9de5fdb1
 def tensor_items(o, prefix=''):
@@ -329,12 +340,30 @@ def _recompiled(wrapper):
     inner.__code__ = inner.__code__.replace(co_name=f'miniai_hooked_{next(_hook_keys)}')
     return wrapper.dynamo_ctx(inner)
 
+def _check_layers(layers, owner):
+    "Refuse, when a callback is made, a `layers` that `select_modules` could never read (a number, say), naming the argument."
+    if layers is None or isinstance(layers, (str, type, nn.Module)) or callable(layers): return
+    try: iter(layers)
+    except TypeError: raise TypeError(f"{owner}: `layers` is a layer name, a pattern, a class, a module, a function or a list of them "
+                                      f"(None: the default layers), got {type(layers).__name__}") from None
+
+def _check_unique_names(picked, owner):
+    "Refuse, before anything is hooked, two layers of `picked` under one name (a `_hook_name` set twice): their statistics would merge into one series."
+    seen = {}
+    for n, m in picked:
+        name = getattr(m, '_hook_name', None) or n or type(m).__name__
+        if name in seen:
+            raise ValueError(f"{owner}: layers {seen[name]!r} and {n!r} are both named {name!r} (their `_hook_name`): "
+                             "give each its own `_hook_name`, or remove it to use the layer's name")
+        seen[name] = n
+
 @other_names
 class HooksCallback(Callback):
     "Hook the `layers` of the model (see `select_modules`) before fit; on every `every`-th training batch and/or on validation batches each hooked layer's forward runs `hook` (by default `hookfunc(hook, module, input, output)`); remove the hooks in the cleanup stage."
     _sessions, _driver, _hook_kwargs = (), None, {}   # see `__init__`; class defaults for a subclass that does not call it
     def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, with_kwargs=False):
         _check_every(every, type(self).__name__)
+        _check_layers(layers, type(self).__name__)
         self._hook_kwargs = {} if _check_with_kwargs(with_kwargs, type(self).__name__) is None else dict(with_kwargs=with_kwargs)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks, self._calls = Hooks([], None), {}
@@ -359,6 +388,7 @@ class HooksCallback(Callback):
                              "torch.compile does not call: record gradients with the uncompiled model (`model._orig_mod`), or drop `grads`")
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
+        _check_unique_names(picked, type(self).__name__)
         self._sessions, self._driver = [learn], 'batch'
         self._training, self._n_train, self._n_recorded = None, 0, 0
         self.hooks = Hooks([], None)

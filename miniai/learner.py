@@ -62,7 +62,7 @@ class Callback():
             raise AttributeError(f"{type(self).__name__} is a callback of miniai's Learner, with no `{name}`: PyTorch Lightning and the Hugging Face "
                                  "Trainer take callbacks of their own. Wrap it (ActivationStats or any HooksCallback): "
                                  "`Trainer(callbacks=[lightning_callback(cb)])`, or `with hf_callback(cb) as c: Trainer(..., callbacks=[c])` (miniai.trainers)")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return object.__getattribute__(self, name)   # any other name: the usual lookup's own error (a learner's attribute: 'no learner yet')
 
 for _name in Callback._fwd: setattr(Callback, _name, _FromLearner(_name))
 
