@@ -390,7 +390,7 @@ class HooksCallback(Callback):
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
         _check_unique_names(picked, type(self).__name__)
         self._sessions, self._driver = [learn], 'batch'
-        self._training, self._n_train, self._n_recorded = None, 0, 0
+        self._training, self._n_train, self._n_recorded, self._outside = None, 0, 0, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__,
                                         on_recompute=self._rehookfunc, **self._hook_kwargs) for n, m in picked)
@@ -429,7 +429,8 @@ class HooksCallback(Callback):
     def _hookfunc(self, hook, *args, **kwargs):
         "A hooked layer's forward: counted (ints, no device work) and passed to `hook` when this forward is recorded."
         training = self._training
-        if training is None or not (self.on_train if training else self.on_valid): return
+        if training is None: self._outside += 1; return     # a call outside any recorded forward (counted for the report at the end)
+        if not (self.on_train if training else self.on_valid): return
         c = self._calls[hook.name]
         c.total += 1
         if c.forward == self._n_recorded: c.in_forward += 1
@@ -466,6 +467,10 @@ class HooksCallback(Callback):
         name = type(self).__name__
         if not self._n_recorded:
             phases = ' or '.join(p for p, on in (('training', self.on_train), ('evaluation-mode (on_valid)', self.on_valid)) if on) or 'no'
+            if self._outside and self._driver == 'forward':   # the layers ran, but never inside a call of the attached model
+                return (f"{name}: nothing was recorded: the hooked layers ran {self._outside} times, but never inside a call of the attached "
+                        "model, which starts each recorded forward (code such as torch.utils.checkpoint.checkpoint_sequential calls the layers "
+                        "directly): call the model itself, or attach to the module whose forward the loop calls")
             return f"{name}: nothing was recorded: no {phases} forward ran while the hooks were on"
         silent = [h.name for h in self.hooks if not self._calls[h.name].total]
         if not silent: return None

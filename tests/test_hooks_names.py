@@ -56,3 +56,14 @@ def test_a_layers_argument_that_is_no_selection_is_refused_when_made(layers, wha
 
 def test_an_item_of_no_kind_names_its_position():
     with pytest.raises(TypeError, match=r"layers: item 1 \(float\) is no layer name, pattern, class"): select_modules(net(), ['0', 3.5])
+
+def test_layers_run_outside_the_attached_model_are_reported_as_such():
+    "checkpoint_sequential calls the layers, never the model's own forward (which starts each recorded forward under `attach`): the warning says so."
+    from torch.utils.checkpoint import checkpoint_sequential
+    from miniai.hooks import NothingRecordedWarning
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).train()
+    astats = ActivationStats()
+    with pytest.warns(NothingRecordedWarning, match=r"the hooked layers ran \d+ times, but never inside a call of the attached model.*checkpoint_sequential"):
+        with astats.attach(m): checkpoint_sequential(m, 2, torch.randn(3, 4, requires_grad=True), use_reentrant=False).sum().backward()
+    with pytest.warns(NothingRecordedWarning, match="no training forward ran while the hooks were on"):
+        with astats.attach(m): pass                    # nothing ran at all: the plain sentence
