@@ -215,10 +215,20 @@ def _takes_name(f):
 
 def _is_pattern(s): return any(c in s for c in '*?[')
 
+def _user_names(named):
+    "`(name, module)` pairs with the names the user's code spells: a compiled submodule's layers as 'body.0', not 'body._orig_mod.0' (the wrapper keeps the name 'body')."
+    res, seen = [], set()
+    for n, m in named:
+        if '_orig_mod' in n.split('.'):
+            n = '.'.join(p for p in n.split('.') if p != '_orig_mod')
+            if n in seen: continue
+        seen.add(n); res.append((n, m))
+    return res
+
 def select_modules(model, layers=None, default=default_layers, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
     model = _unwrap(model)   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
-    named = list(model.named_modules())
+    named = _user_names(model.named_modules())
     if layers is None: layers = default
     if isinstance(layers, nn.Module): layers = [layers]
     if isinstance(layers, type) or (isinstance(layers, tuple) and layers and all(isinstance(t, type) for t in layers)):
@@ -237,7 +247,7 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
                              "pass modules of the model being hooked, or their names")
         return list({id(m): (names[id(m)], m) for m in layers}.values())     # in the list's order, each module once
     by_name, classes = dict(named), {type(m).__name__ for _, m in named}
-    aliases = {n: m for n, m in model.named_modules(remove_duplicate=False) if n not in by_name}   # a module's other names
+    aliases = {n: m for n, m in _user_names(model.named_modules(remove_duplicate=False)) if n not in by_name}   # a module's other names
     qualified = [n for n in by_name if n]      # the root has no name: a pattern never picks the whole model
     want, patterns, types, mods = set(), [], [], set()
     for i, s in enumerate(layers):

@@ -67,3 +67,21 @@ def test_layers_run_outside_the_attached_model_are_reported_as_such():
         with astats.attach(m): checkpoint_sequential(m, 2, torch.randn(3, 4, requires_grad=True), use_reentrant=False).sum().backward()
     with pytest.warns(NothingRecordedWarning, match="no training forward ran while the hooks were on"):
         with astats.attach(m): pass                    # nothing ran at all: the plain sentence
+
+def test_a_compiled_submodule_s_layers_keep_the_names_of_the_eager_model():
+    "m.body = torch.compile(body): its layers are 'body.0', as in the eager model, so that the two runs compare layer by layer."
+    def model(compiled):
+        torch.manual_seed(0)
+        m = nn.Sequential(); m.body = nn.Sequential(nn.Linear(4, 4), nn.ReLU()); m.head = nn.Linear(4, 2)
+        if compiled: m.body = torch.compile(m.body, backend='eager')
+        return m
+    eager, comp = model(False), model(True)
+    assert [n for n, _ in select_modules(comp, None)] == [n for n, _ in select_modules(eager, None)] == ['body.0', 'head']
+    assert [n for n, _ in select_modules(comp, 'body.*')] == ['body.0', 'body.1']
+    runs = []
+    for m in (eager, comp):
+        astats = ActivationStats()
+        with astats.attach(m): m.train(); m(torch.ones(3, 4))
+        runs.append(astats)
+    assert runs[0].names == runs[1].names and all(len(r) == 1 for r in runs[1].series().values())
+    assert torch.allclose(runs[0].series()['body.0'].means, runs[1].series()['body.0'].means)
