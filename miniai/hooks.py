@@ -17,7 +17,7 @@ from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'select_modules', 'NothingRecordedWarning', 'CalledTwiceWarning',
-           'HooksCallback']
+           'compiled_parts', 'recompile_with_hooks', 'HooksCallback']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -167,6 +167,7 @@ class Hooks(list):
     "A list of `Hook`s calling `f`, one per module in `ms` (modules, or `(name, module)` pairs as `select_modules` gives); a context manager that removes them all on exit."
     def __init__(self, ms, f, **kwargs):
         super().__init__([Hook(m[1], f, name=m[0], **kwargs) if isinstance(m, tuple) else Hook(m, f, **kwargs) for m in ms])
+        self.on_remove = []     # functions run once when the hooks are removed (a compiled model's forwards put back)
     def __enter__(self, *args): return self
     def __exit__ (self, *args): self.remove()
     def __del__(self): self.remove()
@@ -175,6 +176,8 @@ class Hooks(list):
         super().__delitem__(i)
     def remove(self):
         for h in self: h.remove()
+        undo, self.on_remove = getattr(self, 'on_remove', []), []
+        for f in reversed(undo): f()
 
 # %% ../nbs/09b_hooks.ipynb #07def698
 class LayerNotFoundError(KeyError):
@@ -332,7 +335,7 @@ class CalledTwiceWarning(UserWarning):
 _SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, run inside a function compiled "
                "by torch.compile (whose code calls no hook added after compiling; a model compiled by `torch.compile(model)` records), or skipped")
 
-def _compiled_parts(model):
+def compiled_parts(model):
     "`(name, module)` of the `torch.compile` wrappers in `model` (the model itself: ''); a module compiled in place (`nn.Module.compile`) refused, naming it."
     res = []
     for n, m in model.named_modules():
@@ -343,6 +346,18 @@ def _compiled_parts(model):
                              "its result record), or attach (or fit) before calling `.compile()`")
         if isinstance(getattr(m, '_orig_mod', None), nn.Module) and hasattr(m, 'dynamo_ctx'): res.append((n, m))
     return res
+
+def recompile_with_hooks(parts):
+    "Give each `torch.compile` wrapper of `parts` (from `compiled_parts`) a forward that dynamo compiles afresh on its next call, so that its code calls the hooks added now (through one opaque op each, no graph break); returns the function that puts the compiled forwards back."
+    swapped = []
+    for _, w in parts:
+        attr = '_forward' if '_forward' in vars(w) else 'forward'
+        swapped.append((w, attr, vars(w)[attr]))
+        vars(w)[attr] = _recompiled(w)
+    def restore():
+        for w, attr, fwd in reversed(swapped): vars(w)[attr] = fwd
+        swapped.clear()
+    return restore
 
 def _recompiled(wrapper):
     "A forward for the `torch.compile` wrapper `wrapper` that dynamo compiles afresh (a code object of its own), so that its code calls the hooks on now; its options (backend, mode...) kept."
@@ -391,7 +406,7 @@ class HooksCallback(Callback):
     def before_fit(self, learn):
         if self._sessions: return self._join(learn)
         model = learn.model
-        try: compiled = _compiled_parts(model)
+        try: compiled = compiled_parts(model)
         except ValueError as e: raise ValueError(f"{type(self).__name__}: {e}") from None
         if compiled and getattr(self, 'grads', False):
             raise ValueError(f"{type(self).__name__}: `grads=True` records gradients with hooks on the output tensors, which code compiled by "
@@ -405,12 +420,8 @@ class HooksCallback(Callback):
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__,
                                         on_recompute=self._rehookfunc, **self._hook_kwargs) for n, m in picked)
         # a torch.compile'd model (or part): its code, compiled without these hooks, never calls them; a forward of its own, compiled
-        # afresh on its first call, calls them (through one opaque op each, no graph break); the one compiled before is back on exit
-        self._swapped = []
-        for _, w in compiled:
-            attr = '_forward' if '_forward' in vars(w) else 'forward'
-            self._swapped.append((w, attr, vars(w)[attr]))
-            vars(w)[attr] = _recompiled(w)
+        # afresh on its first call, calls them; the one compiled before is back when the hooks go
+        if compiled: self.hooks.on_remove.append(recompile_with_hooks(compiled))
         # per hooked layer: its calls in all, and in the recorded forward of its last call, for the report when the recording ends
         self._calls = {h.name: SimpleNamespace(total=0, forward=0, in_forward=0, per_forward=set()) for h in self.hooks}
 
@@ -463,9 +474,7 @@ class HooksCallback(Callback):
         del self._sessions[mine[-1]]
         if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
         silent, twice = self._silent(), self._twice()
-        self.hooks.remove()
-        for w, attr, fwd in reversed(getattr(self, '_swapped', ())): vars(w)[attr] = fwd
-        self._swapped = []
+        self.hooks.remove()      # with them, a compiled model's own forwards come back
         self._driver = self._training = None
         self.learn = None            # so that keeping this callback does not keep the model alive
         if silent: warnings.warn(silent, NothingRecordedWarning)   # after the hooks are gone: also under a warnings filter `error`

@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from .kernel import FIELDS, Moments
 from .kernel import row_moments, prepare_loops
 from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
-from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing
+from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing, compiled_parts, recompile_with_hooks
 from .core import write_json, to_host, json_safe, recording_paused, check_arg
 
 # %% auto #0
@@ -684,10 +684,13 @@ class ActivationStatisticsHook(StatisticsCollector):
     @other_names
     def attach(self, model, layers=None, with_kwargs=False):
         "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager). `with_kwargs`: also the keyword inputs (all with `True`, or a list of names), as streams `{layer}.input[{keyword}]`."
+        try: compiled = compiled_parts(model)      # `m.compile()` in place is refused, as by every recorder
+        except ValueError as e: raise ValueError(f"attach: {e}") from None
         picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
         hooks = Hooks([], None)
         hooks.extend(_CollectorHook(m, self.hook, name=n, collector=self, with_kwargs=with_kwargs) for n, m in picked)
+        if compiled: hooks.on_remove.append(recompile_with_hooks(compiled))   # a compiled model's code calls the hooks, as under ActivationStats
         return hooks
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
