@@ -283,7 +283,8 @@ def paused_recording():
 
 # %% ../nbs/00_core.ipynb #8850c81a
 class _WrongType(TypeError, ValueError):
-    "An argument of the wrong type: a `TypeError`, and a `ValueError` as well, as miniai's checkers raised before they were one."
+    "An argument of the wrong type: a `TypeError`, and a `ValueError` as well, as miniai's checkers raised before they were one. Shown as the `TypeError` it is."
+_WrongType.__module__, _WrongType.__name__, _WrongType.__qualname__ = 'builtins', 'TypeError', 'TypeError'   # a traceback's last line: `TypeError: ...`
 
 def _bound(x): return f'{x:g}' if isinstance(x, float) else str(x)
 

@@ -17,7 +17,7 @@ from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'select_modules', 'NothingRecordedWarning', 'CalledTwiceWarning',
-           'HooksCallback']
+           'compiled_parts', 'recompile_with_hooks', 'HooksCallback']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -167,6 +167,7 @@ class Hooks(list):
     "A list of `Hook`s calling `f`, one per module in `ms` (modules, or `(name, module)` pairs as `select_modules` gives); a context manager that removes them all on exit."
     def __init__(self, ms, f, **kwargs):
         super().__init__([Hook(m[1], f, name=m[0], **kwargs) if isinstance(m, tuple) else Hook(m, f, **kwargs) for m in ms])
+        self.on_remove = []     # functions run once when the hooks are removed (a compiled model's forwards put back)
     def __enter__(self, *args): return self
     def __exit__ (self, *args): self.remove()
     def __del__(self): self.remove()
@@ -175,6 +176,8 @@ class Hooks(list):
         super().__delitem__(i)
     def remove(self):
         for h in self: h.remove()
+        undo, self.on_remove = getattr(self, 'on_remove', []), []
+        for f in reversed(undo): f()
 
 # %% ../nbs/09b_hooks.ipynb #07def698
 class LayerNotFoundError(KeyError):
@@ -215,10 +218,20 @@ def _takes_name(f):
 
 def _is_pattern(s): return any(c in s for c in '*?[')
 
+def _user_names(named):
+    "`(name, module)` pairs with the names the user's code spells: a compiled submodule's layers as 'body.0', not 'body._orig_mod.0' (the wrapper keeps the name 'body')."
+    res, seen = [], set()
+    for n, m in named:
+        if '_orig_mod' in n.split('.'):
+            n = '.'.join(p for p in n.split('.') if p != '_orig_mod')
+            if n in seen: continue
+        seen.add(n); res.append((n, m))
+    return res
+
 def select_modules(model, layers=None, default=default_layers, arg='layers'):
     "`(name, module)` pairs of `model` picked by `layers` (see above; None: `default`), in `named_modules()` order."
     model = _unwrap(model)   # names as in the user's model, not 'module.0' (DDP, DataParallel) or '_orig_mod.0' (torch.compile)
-    named = list(model.named_modules())
+    named = _user_names(model.named_modules())
     if layers is None: layers = default
     if isinstance(layers, nn.Module): layers = [layers]
     if isinstance(layers, type) or (isinstance(layers, tuple) and layers and all(isinstance(t, type) for t in layers)):
@@ -227,20 +240,29 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
         if _takes_name(layers): return [(n, m) for n, m in named if layers(n, m)]
         return [(n, m) for n, m in named if layers(m)]
     if isinstance(layers, str): layers = [layers]
-    layers = list(layers)
+    try: layers = list(layers)
+    except TypeError: raise TypeError(f"{arg}: expected a layer name, a pattern, a class, a module, a function or a list of them, got {type(layers).__name__}") from None
+    names = {id(m): n for n, m in named}      # each module once, under its first name (`s.b = s.a` is one layer, named 'a')
     if all(isinstance(o, nn.Module) for o in layers):
-        names = {id(m): n for n, m in named}
         stranger = next((i for i, m in enumerate(layers) if id(m) not in names), None)
         if stranger is not None:   # hooking it would record another model's forwards, or nothing
             raise ValueError(f"{arg}: item {stranger} ({type(layers[stranger]).__name__}) is not a module of this {type(model).__name__}; "
                              "pass modules of the model being hooked, or their names")
-        return [(names[id(m)], m) for m in layers]
+        return list({id(m): (names[id(m)], m) for m in layers}.values())     # in the list's order, each module once
     by_name, classes = dict(named), {type(m).__name__ for _, m in named}
+    aliases = {n: m for n, m in _user_names(model.named_modules(remove_duplicate=False)) if n not in by_name}   # a module's other names
     qualified = [n for n in by_name if n]      # the root has no name: a pattern never picks the whole model
-    want, patterns = set(), []
-    for s in layers:
-        if not isinstance(s, str): raise TypeError(f"{arg}: expected names, types or a function, got {type(s).__name__}")
+    want, patterns, types, mods = set(), [], [], set()
+    for i, s in enumerate(layers):
+        if isinstance(s, type) and issubclass(s, nn.Module): types.append(s); continue
+        if isinstance(s, nn.Module):
+            if id(s) not in names: raise ValueError(f"{arg}: item {i} ({type(s).__name__}) is not a module of this {type(model).__name__}; "
+                                                    "pass modules of the model being hooked, or their names")
+            mods.add(id(s)); continue
+        if not isinstance(s, str):
+            raise TypeError(f"{arg}: item {i} ({type(s).__name__}) is no layer name, pattern, class (nn.Conv2d or 'Conv2d') or module")
         if s in by_name or s in classes: want.add(s)
+        elif s in aliases: mods.add(id(aliases[s]))
         elif _is_pattern(s):
             if not any(fnmatch.fnmatchcase(n, s) for n in qualified):
                 raise LayerNotFoundError(f"{arg}: the pattern {s!r} matches no layer name in the model" + _close(s, qualified, 'layer names'))
@@ -248,7 +270,9 @@ def select_modules(model, layers=None, default=default_layers, arg='layers'):
         else:
             raise LayerNotFoundError(f"{arg}: {s!r} is neither a layer name nor a class name in the model"
                                      + _close(s, qualified, 'layer names') + _close(s, sorted(classes), 'class names'))
-    return [(n, m) for n, m in named if n in want or type(m).__name__ in want or (n and any(fnmatch.fnmatchcase(n, p) for p in patterns))]
+    types = tuple(types)
+    return [(n, m) for n, m in named if n in want or type(m).__name__ in want or id(m) in mods or (types and isinstance(m, types))
+            or (n and any(fnmatch.fnmatchcase(n, p) for p in patterns))]
 
 # %% ../nbs/09b_hooks.ipynb #9de5fdb1
 def tensor_items(o, prefix=''):
@@ -311,7 +335,7 @@ class CalledTwiceWarning(UserWarning):
 _SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, run inside a function compiled "
                "by torch.compile (whose code calls no hook added after compiling; a model compiled by `torch.compile(model)` records), or skipped")
 
-def _compiled_parts(model):
+def compiled_parts(model):
     "`(name, module)` of the `torch.compile` wrappers in `model` (the model itself: ''); a module compiled in place (`nn.Module.compile`) refused, naming it."
     res = []
     for n, m in model.named_modules():
@@ -323,11 +347,40 @@ def _compiled_parts(model):
         if isinstance(getattr(m, '_orig_mod', None), nn.Module) and hasattr(m, 'dynamo_ctx'): res.append((n, m))
     return res
 
+def recompile_with_hooks(parts):
+    "Give each `torch.compile` wrapper of `parts` (from `compiled_parts`) a forward that dynamo compiles afresh on its next call, so that its code calls the hooks added now (through one opaque op each, no graph break); returns the function that puts the compiled forwards back."
+    swapped = []
+    for _, w in parts:
+        attr = '_forward' if '_forward' in vars(w) else 'forward'
+        swapped.append((w, attr, vars(w)[attr]))
+        vars(w)[attr] = _recompiled(w)
+    def restore():
+        for w, attr, fwd in reversed(swapped): vars(w)[attr] = fwd
+        swapped.clear()
+    return restore
+
 def _recompiled(wrapper):
     "A forward for the `torch.compile` wrapper `wrapper` that dynamo compiles afresh (a code object of its own), so that its code calls the hooks on now; its options (backend, mode...) kept."
     inner = torch._dynamo.external_utils.wrap_inline(wrapper._orig_mod)
     inner.__code__ = inner.__code__.replace(co_name=f'miniai_hooked_{next(_hook_keys)}')
     return wrapper.dynamo_ctx(inner)
+
+def _check_layers(layers, owner):
+    "Refuse, when a callback is made, a `layers` that `select_modules` could never read (a number, say), naming the argument."
+    if layers is None or isinstance(layers, (str, type, nn.Module)) or callable(layers): return
+    try: iter(layers)
+    except TypeError: raise TypeError(f"{owner}: `layers` is a layer name, a pattern, a class, a module, a function or a list of them "
+                                      f"(None: the default layers), got {type(layers).__name__}") from None
+
+def _check_unique_names(picked, owner):
+    "Refuse, before anything is hooked, two layers of `picked` under one name (a `_hook_name` set twice): their statistics would merge into one series."
+    seen = {}
+    for n, m in picked:
+        name = getattr(m, '_hook_name', None) or n or type(m).__name__
+        if name in seen:
+            raise ValueError(f"{owner}: layers {seen[name]!r} and {n!r} are both named {name!r} (their `_hook_name`): "
+                             "give each its own `_hook_name`, or remove it to use the layer's name")
+        seen[name] = n
 
 @other_names
 class HooksCallback(Callback):
@@ -335,6 +388,7 @@ class HooksCallback(Callback):
     _sessions, _driver, _hook_kwargs = (), None, {}   # see `__init__`; class defaults for a subclass that does not call it
     def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, with_kwargs=False):
         _check_every(every, type(self).__name__)
+        _check_layers(layers, type(self).__name__)
         self._hook_kwargs = {} if _check_with_kwargs(with_kwargs, type(self).__name__) is None else dict(with_kwargs=with_kwargs)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls
         self.hooks, self._calls = Hooks([], None), {}
@@ -352,25 +406,22 @@ class HooksCallback(Callback):
     def before_fit(self, learn):
         if self._sessions: return self._join(learn)
         model = learn.model
-        try: compiled = _compiled_parts(model)
+        try: compiled = compiled_parts(model)
         except ValueError as e: raise ValueError(f"{type(self).__name__}: {e}") from None
         if compiled and getattr(self, 'grads', False):
             raise ValueError(f"{type(self).__name__}: `grads=True` records gradients with hooks on the output tensors, which code compiled by "
                              "torch.compile does not call: record gradients with the uncompiled model (`model._orig_mod`), or drop `grads`")
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
+        _check_unique_names(picked, type(self).__name__)
         self._sessions, self._driver = [learn], 'batch'
-        self._training, self._n_train, self._n_recorded = None, 0, 0
+        self._training, self._n_train, self._n_recorded, self._outside = None, 0, 0, 0
         self.hooks = Hooks([], None)
         self.hooks.extend(self.hook_cls(m, self._hookfunc, name=getattr(m, '_hook_name', None) or n or type(m).__name__,
                                         on_recompute=self._rehookfunc, **self._hook_kwargs) for n, m in picked)
         # a torch.compile'd model (or part): its code, compiled without these hooks, never calls them; a forward of its own, compiled
-        # afresh on its first call, calls them (through one opaque op each, no graph break); the one compiled before is back on exit
-        self._swapped = []
-        for _, w in compiled:
-            attr = '_forward' if '_forward' in vars(w) else 'forward'
-            self._swapped.append((w, attr, vars(w)[attr]))
-            vars(w)[attr] = _recompiled(w)
+        # afresh on its first call, calls them; the one compiled before is back when the hooks go
+        if compiled: self.hooks.on_remove.append(recompile_with_hooks(compiled))
         # per hooked layer: its calls in all, and in the recorded forward of its last call, for the report when the recording ends
         self._calls = {h.name: SimpleNamespace(total=0, forward=0, in_forward=0, per_forward=set()) for h in self.hooks}
 
@@ -399,7 +450,8 @@ class HooksCallback(Callback):
     def _hookfunc(self, hook, *args, **kwargs):
         "A hooked layer's forward: counted (ints, no device work) and passed to `hook` when this forward is recorded."
         training = self._training
-        if training is None or not (self.on_train if training else self.on_valid): return
+        if training is None: self._outside += 1; return     # a call outside any recorded forward (counted for the report at the end)
+        if not (self.on_train if training else self.on_valid): return
         c = self._calls[hook.name]
         c.total += 1
         if c.forward == self._n_recorded: c.in_forward += 1
@@ -422,9 +474,7 @@ class HooksCallback(Callback):
         del self._sessions[mine[-1]]
         if self._sessions: self.learn = self._sessions[-1]; return    # the fit or block it joined still records
         silent, twice = self._silent(), self._twice()
-        self.hooks.remove()
-        for w, attr, fwd in reversed(getattr(self, '_swapped', ())): vars(w)[attr] = fwd
-        self._swapped = []
+        self.hooks.remove()      # with them, a compiled model's own forwards come back
         self._driver = self._training = None
         self.learn = None            # so that keeping this callback does not keep the model alive
         if silent: warnings.warn(silent, NothingRecordedWarning)   # after the hooks are gone: also under a warnings filter `error`
@@ -436,6 +486,10 @@ class HooksCallback(Callback):
         name = type(self).__name__
         if not self._n_recorded:
             phases = ' or '.join(p for p, on in (('training', self.on_train), ('evaluation-mode (on_valid)', self.on_valid)) if on) or 'no'
+            if self._outside and self._driver == 'forward':   # the layers ran, but never inside a call of the attached model
+                return (f"{name}: nothing was recorded: the hooked layers ran {self._outside} times, but never inside a call of the attached "
+                        "model, which starts each recorded forward (code such as torch.utils.checkpoint.checkpoint_sequential calls the layers "
+                        "directly): call the model itself, or attach to the module whose forward the loop calls")
             return f"{name}: nothing was recorded: no {phases} forward ran while the hooks were on"
         silent = [h.name for h in self.hooks if not self._calls[h.name].total]
         if not silent: return None

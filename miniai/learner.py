@@ -56,6 +56,13 @@ class Callback():
     order = 0
     learn = None
     _fwd = ('model', 'opt', 'batch', 'preds', 'loss', 'loss_func', 'epoch', 'epochs', 'n_epochs', 'iter', 'dl', 'dls', 'lr', 'training')
+    def __getattr__(self, name):
+        "An attribute the callback lacks; a trainer's event (`on_...`), asked for when a miniai callback is given to another trainer, says how to wrap it."
+        if name.startswith('on_'):
+            raise AttributeError(f"{type(self).__name__} is a callback of miniai's Learner, with no `{name}`: PyTorch Lightning and the Hugging Face "
+                                 "Trainer take callbacks of their own. Wrap it (ActivationStats or any HooksCallback): "
+                                 "`Trainer(callbacks=[lightning_callback(cb)])`, or `with hf_callback(cb) as c: Trainer(..., callbacks=[c])` (miniai.trainers)")
+        return object.__getattribute__(self, name)   # any other name: the usual lookup's own error (a learner's attribute: 'no learner yet')
 
 for _name in Callback._fwd: setattr(Callback, _name, _FromLearner(_name))
 

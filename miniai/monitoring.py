@@ -69,28 +69,35 @@ class StatisticsCB(HooksCallback):
         elif self.config.every not in (1, every):
             raise ValueError(f"StatisticsCB: `every` ({every!r}) and `config.every` ({self.config.every}) disagree; give it once")
         self.stats = ActivationStatisticsHook(replace(self.config, every=1))   # the callback picks the batches
+        # validation batches (`on_valid`) in a collector of their own: a trainer that validates mid-epoch never mixes the phases
+        self.valid_stats = ActivationStatisticsHook(replace(self.config, every=1, collect_param_grads=False)) if on_valid else None
         super().__init__(self.stats.hook, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=self.stats.hook_cls)   # its hooks also take the parameters' `.grad` with `collect_param_grads`
         self.check_every, self.thresholds, self.per_epoch = check_every, _thresholds(thresholds, limits, 'StatisticsCB'), per_epoch
-        self.alerts, self.history, self._warned, self._batches = [], [], set(), 0
+        self.alerts, self.history, self.history_phases, self._warned, self._batches = [], [], [], set(), 0
+
+    def hook(self, hook, *args, **kwargs):
+        "A recorded forward: into `stats` (training) or `valid_stats` (validation)."
+        (self.stats if self._training else self.valid_stats).hook(hook, *args, **kwargs)
 
     def recompute(self, hook, *args, **kwargs):
         "A checkpoint's recomputation: the collector's own (gradients owed with `collect_param_grads`)."
         self.stats.recompute(hook, *args, **kwargs)
 
-    def check(self):
-        "Check the statistics now: returns the findings (see `check_statistics`), keeps them in `alerts` with the epoch, batch and sentence, and warns (`ActivationWarning`) once per layer and issue."
-        found = check_statistics(self.stats, self.thresholds)
+    def check(self, phase='train'):
+        "Check the statistics of `phase` ('train': `stats`, 'valid': `valid_stats`) now: returns the findings (see `check_statistics`), keeps them in `alerts` with the epoch, batch and sentence, and warns (`ActivationWarning`) once per layer and issue."
+        found = check_statistics(self.stats if phase == 'train' else self.valid_stats, self.thresholds)
         epoch, it = getattr(self.learn, 'epoch', None), getattr(self.learn, 'iter', None)
         for f in found:
             msg = format_finding(f)
             if (f['layer'], f['issue']) not in self._warned: warnings.warn(msg, ActivationWarning)
             self._warned.add((f['layer'], f['issue']))
-            self.alerts.append(dict(epoch=epoch, iter=it, **f, message=msg))
+            self.alerts.append(dict(epoch=epoch, iter=it, phase=phase, **f, message=msg))
         return found
 
     def all_reduce(self, group=None):
         "Merge the statistics of every rank of `group` (see `StatisticsCollector.all_reduce`): afterwards every rank holds them all."
         self.stats.all_reduce(group)
+        if self.valid_stats is not None: self.valid_stats.all_reduce(group)
         return self
 
     def before_fit(self, learn):
@@ -104,11 +111,13 @@ class StatisticsCB(HooksCallback):
         if self.check_every and (self._batches - 1) % self.check_every == 0: self.check()
 
     def after_epoch(self, learn):
-        if not (self.on_train if learn.training else self.on_valid) or not self.stats.call_count: return
-        self.check()
-        if self.per_epoch:
-            self.history.append(self.stats.get_all_statistics())
-            self.stats.reset()
+        phase = 'train' if learn.training else 'valid'
+        coll = self.stats if learn.training else self.valid_stats
+        if not (self.on_train if learn.training else self.on_valid) or not coll.call_count: return
+        self.check(phase)
+        if self.per_epoch:      # one entry per phase and epoch, in the order the phases end (`history_phases` says which)
+            self.history.append(coll.get_all_statistics()); self.history_phases.append(phase)
+            coll.reset()
 
 
 # %% ../nbs/10e_monitoring.ipynb #495f7ff2

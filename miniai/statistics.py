@@ -15,7 +15,7 @@ from fastcore.basics import patch
 from .kernel import FIELDS, Moments
 from .kernel import row_moments, prepare_loops
 from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
-from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing
+from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing, compiled_parts, recompile_with_hooks
 from .core import write_json, to_host, json_safe, recording_paused, check_arg
 
 # %% auto #0
@@ -64,6 +64,9 @@ class StatisticsConfig:
     per_channel: bool|int = False     # exact per-channel count, mean, std, min and max of each input and output stream: channels on dim 1 (True) or on the dim given; weights (2+ dims) per output channel (dim 0)
 
     def __post_init__(self):
+        if _is_number(self.collect_percentiles):
+            raise TypeError(f"StatisticsConfig: `collect_percentiles` is a list of percentiles in [0, 100], got {self.collect_percentiles!r}: "
+                            f"write [{self.collect_percentiles!r}]")
         self.collect_percentiles = list(self.collect_percentiles or [])
         bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
@@ -296,6 +299,7 @@ class StatisticsCollector:
                 continue
             if cfg.collect_weights: self._update((name, 'param', pn), p, sname, 0 if cfg.per_channel is not False and p.ndim > 1 else None)   # per output channel, as torch.ao's weight observers
             if cfg.collect_param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
+            elif cfg.collect_param_grads and not p.requires_grad: self._skip(f'{name}.param_grad[{pn}]', 'frozen: requires_grad is False, so it gets no gradient')
         if cfg.collect_param_grads and training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
             self._grads_owed[name] = self._grads_owed.get(name, 0) + 1              # its recomputation in backward owes the `.grad`
 
@@ -619,7 +623,11 @@ def export_statistics(self:StatisticsCollector, format="json", path=None):
             if extra: d['other_outputs'] = extra
             for kind, on in (('param', self.config.collect_weights), ('param_grad', self.config.collect_param_grads)):
                 got = getattr(st, kind + 's')
-                if got: d[kind + 's'] = {k: v.to_dict() for k, v in got.items()}
+                if got:
+                    d[kind + 's'] = {k: v.to_dict() for k, v in got.items()}
+                    for k, why in self.skipped.items():     # a parameter of the module without statistics (a frozen weight): null, and why
+                        pn = k[len(f'{name}.{kind}['):-1] if k.startswith(f'{name}.{kind}[') and k.endswith(']') else None
+                        if pn and pn not in got: d[kind + 's'].update({pn: None, f'{pn}_reason': why})
                 elif on: d.update({kind + 's': {}, kind + 's_reason': self._missing_params_reason(name, kind)})
             if st.channels: d['channels'] = {k: _channels_json(c) for k, c in st.channels.items()}
         else:
@@ -676,10 +684,13 @@ class ActivationStatisticsHook(StatisticsCollector):
     @other_names
     def attach(self, model, layers=None, with_kwargs=False):
         "Hook the `layers` of `model` (see `select_modules`), named by their qualified names; returns the `Hooks` (a context manager). `with_kwargs`: also the keyword inputs (all with `True`, or a list of names), as streams `{layer}.input[{keyword}]`."
+        try: compiled = compiled_parts(model)      # `m.compile()` in place is refused, as by every recorder
+        except ValueError as e: raise ValueError(f"attach: {e}") from None
         picked = [(n, m) for n, m in select_modules(model, layers) if n]
         if not picked: warnings.warn("attach: no module matched `layers`; nothing will be recorded")
         hooks = Hooks([], None)
         hooks.extend(_CollectorHook(m, self.hook, name=n, collector=self, with_kwargs=with_kwargs) for n, m in picked)
+        if compiled: hooks.on_remove.append(recompile_with_hooks(compiled))   # a compiled model's code calls the hooks, as under ActivationStats
         return hooks
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
@@ -854,8 +865,16 @@ def _no_constant(c): raise ValueError(f"not strict JSON: {c} (statistics files w
 @patch(cls_method=True)
 def load(cls:StatisticsCollector, path, device='cpu'):
     "A collector of this class restored from a file written by `save`."
-    with open(path) as f: sd = json.load(f, parse_constant=_no_constant)
-    return cls(_config(sd['config'])).load_state_dict(sd, device)
+    try:
+        with open(path) as f: sd = json.load(f, parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"StatisticsCollector.load: {path} is not a statistics file written by `save` (not strict JSON: {e})") from None
+    if not isinstance(sd, dict) or 'config' not in sd:
+        raise ValueError(f"StatisticsCollector.load: {path} is not a statistics file written by `save`: it has no 'config' "
+                         f"(its keys: {sorted(sd)[:8] if isinstance(sd, dict) else type(sd).__name__})")
+    try: config = _config(sd['config'])
+    except (TypeError, ValueError) as e: raise ValueError(f"StatisticsCollector.load: {path} has a malformed 'config' ({e})") from None
+    return cls(config).load_state_dict(sd, device)
 
 # %% ../nbs/10a_statistics.ipynb #8bdcf585
 @patch

@@ -46,6 +46,7 @@ class TensorBoardCB(Callback):
         self.next_step = start_step   # the step of the next training batch: found in log_dir when the file opens, when None
         self.next_valid_step = None if start_step is None else 0
         self._n_train = None          # training batches of the current fit (None: a plain loop)
+        self._written = None          # {(phase, layer): batches written} of the current recording (None: a new one at the next open)
 
     def open(self):
         "Open an event file in `log_dir` (the first `write` does it); with several ranks only rank 0 writes. Returns self."
@@ -53,9 +54,17 @@ class TensorBoardCB(Callback):
         from torch.utils.tensorboard import SummaryWriter   # imported when used: tensorboard is an optional dependency
         if self.next_step is None: self.next_step = last_step(self.log_dir, self.prefix) + 1
         if self.next_valid_step is None: self.next_valid_step = last_step(self.log_dir, self.prefix + '_valid') + 1
-        self.writer, self._written, self._runwide = SummaryWriter(self.log_dir), {}, None
-        self._start, self._valid_start = self.next_step, self.next_valid_step
+        self.writer = SummaryWriter(self.log_dir)
+        if self._written is None or self._restarted():    # a new recording starts at the next steps; after `close()` the same one goes on
+            self._written, self._runwide = {}, None
+            self._start, self._valid_start = self.next_step, self.next_valid_step
         return self
+
+    def _restarted(self):
+        "Whether the statistics hold fewer batches than were written from them (they were reset since): then they count from the next steps."
+        a = self.astats
+        if not isinstance(a, ActivationStats): return False
+        return any(len(rec) < self._written.get((phase, name), 0) for phase in ('train', 'valid') for name, rec in a.series(phase).items())
 
     def close(self):
         "Write what is left, close the event file; the next write goes on from the steps written."
@@ -69,7 +78,7 @@ class TensorBoardCB(Callback):
     def __exit__(self, *exc): self.close()
 
     def before_fit(self, learn):
-        self.writer, self._n_train = None, 0
+        self.writer, self._n_train, self._written = None, 0, None
         if self.astats is None:
             self.astats = next((cb for cb in learn.cbs if isinstance(cb, (ActivationStats, StatisticsCB))), None)
             if self.astats is None: raise ValueError("TensorBoardCB needs an ActivationStats (or a StatisticsCB) callback: pass one, or add one to the learner's callbacks")

@@ -76,7 +76,7 @@ def test_eager_backend_learner_and_a_compiled_part():
     outer[1](torch.randn(2, 6))
     cb = HooksCallback(lambda *a: None, layers=nn.Linear)
     with cb.attach(outer): outer(torch.randn(2, 6)); outer(torch.randn(2, 6))
-    assert cb.calls == {'0': 2, '1._orig_mod.0': 2, '1._orig_mod.2': 2} and not hooks_left(outer)
+    assert cb.calls == {'0': 2, '1.0': 2, '1.2': 2} and not hooks_left(outer)   # the compiled part's layers under the eager model's names
 
 
 def test_hooks_registered_before_compiling_and_keyword_inputs():
@@ -126,3 +126,26 @@ def test_what_compiled_code_cannot_do_is_refused_when_attaching():
     outer[1].compile(backend='eager')
     with pytest.raises(ValueError, match=r"the model's layer '1' is compiled in place"): ActivationStats().attach(outer).__enter__()
     assert not hooks_left(outer)
+
+
+def test_the_collector_records_a_compiled_model_that_already_ran_and_refuses_one_compiled_in_place():
+    "Every recorder alike: a torch.compile wrapper that has run is recorded by the collector's attach (as by ActivationStats and StatisticsCB), with the same numbers as eager; `m.compile()` is refused by both, naming the fix."
+    from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
+    from miniai.activations import ActivationStats
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(16, 4)
+    eager = ActivationStatisticsHook(StatisticsConfig())
+    with eager.attach(m): m(x)
+    comp = torch.compile(m, backend='eager'); comp(x)          # compiled, and run, before the hooks
+    coll = ActivationStatisticsHook(StatisticsConfig())
+    with coll.attach(comp): comp(x); comp(x)
+    assert coll.call_count == 2 * 2 and not hooks_left(m)
+    a, b = eager.get_statistics('0').output_stats, coll.get_statistics('0').output_stats
+    assert b.count == 2 * a.count and b.mean == pytest.approx(a.mean, rel=1e-6)
+    comp(x)                                                  # the compiled forward is back: no hook, nothing recorded
+    assert coll.call_count == 4
+    inplace = nn.Sequential(nn.Linear(4, 2)); inplace.compile(backend='eager'); inplace(x)
+    for attach in (ActivationStatisticsHook(StatisticsConfig()).attach, ActivationStats().attach):
+        with pytest.raises(ValueError, match=r"compiled in place \(`nn.Module.compile`\).*compile with `torch.compile\(model\)` instead"):
+            with attach(inplace): pass

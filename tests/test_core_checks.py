@@ -9,7 +9,7 @@ def message(*args, **kw):
     with pytest.raises((TypeError, ValueError)) as e: check_arg(*args, **kw)
     return e.type, str(e.value)
 
-# (check_arg call, the message the module's own checker wrote before #29)
+# (check_arg call, the message each module's own checker wrote before they shared check_arg)
 SAME = [
     (lambda: check_arg(0, 'every', 'HooksCallback', lo=1, note='record every N-th training batch'),
      "HooksCallback: `every` must be an integer >= 1 (record every N-th training batch), got 0"),
@@ -83,3 +83,11 @@ def test_the_reader_refuses_links_fifos_folders_and_large_files(tmp_path):
     assert (tmp_path/'f.json').read_bytes() == b'{"a": 1}'            # the link's target was not opened for writing
     with open_nofollow(tmp_path/'lock', write=True) as f: f.write(b'1')
     assert (tmp_path/'lock').read_bytes() == b'1'
+
+def test_a_wrong_type_prints_as_the_type_error_it_is():
+    "The last line of the traceback a user reads names TypeError, not a private class, and the error is still caught as a ValueError too."
+    import traceback
+    from miniai.core import check_arg
+    with pytest.raises(ValueError) as e: check_arg('x', 'bins', 'ActivationStats', lo=1)
+    assert isinstance(e.value, TypeError)
+    assert traceback.format_exception_only(e.value)[-1] == "TypeError: ActivationStats: `bins` must be an integer >= 1, got 'x' (str)\n"

@@ -911,7 +911,9 @@ def test_target_class_names_matching_nothing(tmp_path):
     assert "['ColumnSequenceParallelLinear', 'RowSequenceParallelLinear'] match no module" in msg
     assert 'Embedding, GELU, LayerNorm, Linear, ModuleList, Sequential, LLama13B' in msg or 'Embedding, GELU, LLama13B, LayerNorm' in msg
     assert not (tmp_path/'tensors').exists()                                  # nothing created
-    with pytest.raises(TypeError, match='expected names, types or a function'): register_hook(LLama13B(), path=tmp_path, target_class_names=[nn.LayerNorm])
+    hooked = register_hook(LLama13B(), path=tmp_path/'classes', target_class_names=[nn.LayerNorm]).saving_hook   # classes themselves: the same layers
+    assert [h.name for h in hooked.hooks] == ['blocks.0.0', 'blocks.1.0', 'norm']
+    hooked.remove()
 
 def test_target_class_names_present_classes(tmp_path):
     "A model that has the tensor-parallel classes (stand-ins of that name) saves all three, without a warning."

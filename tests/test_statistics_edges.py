@@ -562,3 +562,17 @@ def test_merged_collectors_equal_one_over_sampled_batches(fused):
     assert (o.count, o.nonfinite, o.min, o.max, o.sparsity_ratio) == (m.count, m.nonfinite, m.min, m.max, m.sparsity_ratio)
     assert abs(o.mean - m.mean) <= 1e-12 * abs(o.mean) and abs(o.std - m.std) <= 1e-12 * o.std
     check_exact(m, torch.cat(batches))
+
+
+def test_a_single_percentile_and_bad_files_get_one_line_errors(tmp_path):
+    "collect_percentiles=95 (not a list) names the fix; a truncated file, another JSON file, a list: a ValueError naming the file, no raw JSONDecodeError or KeyError."
+    with pytest.raises(TypeError, match=r"`collect_percentiles` is a list of percentiles in \[0, 100\], got 95: write \[95\]"):
+        StatisticsConfig(collect_percentiles=95)
+    good = tmp_path/'stats.json'
+    StatisticsCollector(StatisticsConfig()).save(good)
+    for name, text, why in (('trunc.json', good.read_text()[:20], 'not strict JSON'), ('other.json', '{"a": 1}', "no 'config'"),
+                            ('list.json', '[1]', "no 'config'")):
+        (tmp_path/name).write_text(text)
+        with pytest.raises(ValueError, match=rf"StatisticsCollector.load: .*{name} is not a statistics file written by `save`.*{why}"):
+            StatisticsCollector.load(tmp_path/name)
+    assert isinstance(StatisticsCollector.load(good), StatisticsCollector)

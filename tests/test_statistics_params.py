@@ -214,3 +214,19 @@ def test_bad_config_and_param_grads_without_attach():
     h.remove()
     assert 'attach' in c.skipped['lin.param_grad'] and c.get_statistics('lin').param_grads == {}
     assert 'attach' in c.export_statistics()['lin']['param_grads_reason']
+
+
+def test_a_frozen_weight_gets_a_null_gradient_entry_with_its_reason():
+    "collect_param_grads on a Linear whose weight is frozen: the bias's gradient statistics, the weight's entry null with why; all frozen: the reason for the module."
+    m = nn.Sequential(nn.Linear(4, 3)); m[0].weight.requires_grad_(False)
+    c = ActivationStatisticsHook(StatisticsConfig(collect_param_grads=True))
+    with c.attach(m):
+        m.train(); m(torch.randn(5, 4)).sum().backward()
+    pg = c.export_statistics()['0']['param_grads']
+    assert pg['bias']['count'] == 3 and pg['bias']['mean'] == 5.0            # d(sum)/d(bias) = the batch size, 5, for each of the 3
+    assert pg['weight'] is None and pg['weight_reason'] == 'frozen: requires_grad is False, so it gets no gradient'
+    m.requires_grad_(False)
+    c = ActivationStatisticsHook(StatisticsConfig(collect_param_grads=True))
+    with c.attach(m): m(torch.randn(5, 4))
+    e = c.export_statistics()['0']
+    assert e['param_grads'] == {} and 'frozen' in e['param_grads_reason']

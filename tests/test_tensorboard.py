@@ -56,3 +56,20 @@ def test_what_holds_no_statistics_is_refused_clearly(astats, tmp_path):
                                      ({'prefix': ''}, 'prefix'), ({'prefix': 3}, 'prefix')])
 def test_bad_arguments(kw, name, tmp_path):
     with pytest.raises(ValueError, match=name): TensorBoardCB(tmp_path, **kw)
+
+@pytest.mark.parametrize('every,expected', [(1, [0, 1, 2, 3, 4]), (2, [0, 2, 4])])
+def test_a_loop_that_closes_and_writes_again_writes_each_batch_once(tmp_path, every, expected):
+    "From a plain loop: 3 batches, write and close, 2 more, write and close: each training batch once, at its own step."
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3))
+    astats = ActivationStats(['0'], every=every)
+    tb = TensorBoardCB(tmp_path, astats)
+    with astats.attach(net):
+        for _ in range(3): net(torch.randn(8, 4))
+        tb.write(); tb.close()
+        for _ in range(2): net(torch.randn(8, 4))
+        tb.write(); tb.close()
+    assert steps(tmp_path) == expected and tb.next_step == 5 + (every == 2)   # the next recorded batch: 5, or 6 with every=2
+    means = EventAccumulator(str(tmp_path), size_guidance={'scalars': 0}); means.Reload()
+    written = [e.value for e in sorted(means.Scalars('activations/0/mean'), key=lambda e: e.step)]
+    assert written == pytest.approx(astats.series()['0'].means.tolist(), rel=1e-6)   # the batches' own numbers, in order

@@ -85,6 +85,14 @@ def test_lightning_statistics_cb(L):
     fit(lightning_callback(cb), max_steps=3)
     assert cb.stats.call_count == 2 * 3
 
+def test_lightning_statistics_cb_keeps_phases_apart(L):
+    "Lightning validates inside the training epoch (before its end): 2 epochs of 4 training and 2 validation batches give 4, 2, 4, 2 per phase, never 6."
+    fit, Net, dl = L
+    cb = StatisticsCB(layers=nn.Linear, per_epoch=True, on_valid=True)
+    fit(lightning_callback(cb), val=dl(2), max_epochs=2, limit_train_batches=4)
+    got = sorted(zip(cb.history_phases, [h['net.0'].n_updates for h in cb.history]))
+    assert got == [('train', 4), ('train', 4), ('valid', 2), ('valid', 2)]
+
 def _seen(fit, count, every=2):
     "The batches (by number) whose forward `every` and `count` record, over 4 optimizer steps of 2 micro-batches."
     seen = []
@@ -193,3 +201,22 @@ def test_hf_stale_recording_closed_at_next_train(H):
     trainer(model, cb, max_steps=3).train()
     assert n_hooks(model) == before and not cb.recording
     assert counts(astats, 'train') == [3, 3]       # the new run's, recorded afresh
+
+def test_hf_statistics_cb_keeps_phases_apart(H):
+    "Evaluations every 6 steps, in the middle of the epochs of 16 steps (2 epochs): the training epochs stay whole (16 and 16), each evaluation an entry of its own."
+    gpt, trainer, _ = H
+    model, cb = gpt(), StatisticsCB(layers=LAYERS, per_epoch=True, on_valid=True)
+    with hf_callback(cb) as hcb:
+        trainer(model, hcb, num_train_epochs=2, eval_n=4, eval_strategy='steps', eval_steps=6).train()
+    name = 'transformer.h.0.mlp.c_fc'
+    train = [h[name].n_updates for h, p in zip(cb.history, cb.history_phases) if p == 'train']
+    valid = [h[name].n_updates for h, p in zip(cb.history, cb.history_phases) if p == 'valid']
+    assert train == [16, 16] and len(valid) >= 5 and all(v == 2 for v in valid)     # at steps 6, 12, ..., 30 (and the end); 4 eval sequences in batches of 2
+
+def test_a_callback_given_straight_to_a_trainer_says_how_to_wrap_it(L, H):
+    "ActivationStats is a callback of miniai's Learner: Lightning and the HF Trainer ask it for their own events, and the error names the wrappers."
+    fit = L[0]
+    with pytest.raises(AttributeError, match=r"no `on_.*lightning_callback\(cb\).*hf_callback\(cb\)"): fit(ActivationStats(), max_steps=1)
+    gpt, trainer, _ = H
+    with pytest.raises(AttributeError, match=r"no `on_init_end`.*lightning_callback"): trainer(gpt(), ActivationStats(), max_steps=1)
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"): ActivationStats().colour   # any other name: the usual error
