@@ -17,7 +17,7 @@ from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
 __all__ = ['Hook', 'Hooks', 'LayerNotFoundError', 'select_modules', 'NothingRecordedWarning', 'CalledTwiceWarning',
-           'compiled_parts', 'recompile_with_hooks', 'HooksCallback']
+           'HooksCallback']
 
 # %% ../nbs/09b_hooks.ipynb #b217c4f8
 def _inert(*args, **kwargs):
@@ -321,20 +321,7 @@ def other_names(o):
         return o(*args, **kwargs)
     return _f
 
-# %% ../nbs/09b_hooks.ipynb #914a5588
-def _check_every(every, owner):
-    "Refuse an `every` that is not a whole number >= 1, naming `owner`."
-    check_arg(every, 'every', owner, lo=1, note='record every N-th training batch')
-
-class NothingRecordedWarning(UserWarning):
-    "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."
-
-class CalledTwiceWarning(UserWarning):
-    "A recording ended with hooked layers that ran more than once in one recorded forward (a module the forward uses twice): their series hold one record per call."
-
-_SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, run inside a function compiled "
-               "by torch.compile (whose code calls no hook added after compiling; a model compiled by `torch.compile(model)` records), or skipped")
-
+# %% ../nbs/09b_hooks.ipynb #914a5588c
 def compiled_parts(model):
     "`(name, module)` of the `torch.compile` wrappers in `model` (the model itself: ''); a module compiled in place (`nn.Module.compile`) refused, naming it."
     res = []
@@ -364,6 +351,21 @@ def _recompiled(wrapper):
     inner = torch._dynamo.external_utils.wrap_inline(wrapper._orig_mod)
     inner.__code__ = inner.__code__.replace(co_name=f'miniai_hooked_{next(_hook_keys)}')
     return wrapper.dynamo_ctx(inner)
+
+
+# %% ../nbs/09b_hooks.ipynb #914a5588
+def _check_every(every, owner):
+    "Refuse an `every` that is not a whole number >= 1, naming `owner`."
+    check_arg(every, 'every', owner, lo=1, note='record every N-th training batch')
+
+class NothingRecordedWarning(UserWarning):
+    "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."
+
+class CalledTwiceWarning(UserWarning):
+    "A recording ended with hooked layers that ran more than once in one recorded forward (a module the forward uses twice): their series hold one record per call."
+
+_SILENT_WHY = ("never called as a module during a recorded forward: called through its functional form, run inside a function compiled "
+               "by torch.compile (whose code calls no hook added after compiling; a model compiled by `torch.compile(model)` records), or skipped")
 
 def _check_layers(layers, owner):
     "Refuse, when a callback is made, a `layers` that `select_modules` could never read (a number, say), naming the argument."
