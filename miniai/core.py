@@ -133,6 +133,12 @@ def open_nofollow(path, write=False):
     return open(fd, 'r+b' if write else 'rb', buffering=0 if write else -1)
 
 
+# %% ../nbs/00_core.ipynb #af9c931e
+def display_name(name) -> str:
+    "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
+    text = os.fsencode(name).decode('utf-8', 'backslashreplace')
+    return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
+
 # %% ../nbs/00_core.ipynb #b832b8fb
 def read_nofollow(path, cap=None):
     "The bytes of regular file `path`, read through `open_nofollow` (no symlink, FIFO or device); more than `cap` bytes: `UnsafeFileError`, before reading them."
@@ -305,6 +311,11 @@ def _short_repr(v, width=60):
 
 _KINDS = {'int': (numbers.Integral,), 'real': (numbers.Real,), 'bool': (bool, np.bool_)}
 _DEFAULT_FMT = '{prefix}`{name}` must be {rule}{paren}, got {got}'
+
+# %% ../nbs/00_core.ipynb #39858a84
+def is_number(v):
+    "Whether `v` is a real number (a Python or numpy int or float), not a bool."
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 # %% ../nbs/00_core.ipynb #096b4326
 def check_arg(v, name, owner=None, kind='int', lo=None, hi=None, lo_open=False, hi_open=False, none=None, note=None,
