@@ -133,7 +133,7 @@ def _max_abs_finite(a, b, chunk_size):
 def _log10(x): return math.log10(x) if x > 0 else -math.inf
 
 # %% ../nbs/10d_compare.ipynb #e672a483
-def _is_int(dt): return dt.kind in 'biu'   # bool, signed and unsigned integers
+def _int_dtype(dt): return dt.kind in 'biu'   # bool, signed and unsigned integers
 
 _SMALL = 1 << 21   # |values| below this: squares and products of 2**19 of them sum exactly in int64
 
@@ -172,7 +172,7 @@ def _compare_ints(a, b, chunk_size) -> dict:
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     "Statistics of two same-shape arrays (in float64, chunk by chunk; integer arrays exactly, in integer arithmetic): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
-    if _is_int(a.dtype) and _is_int(b.dtype): return _compare_ints(a.reshape(-1), b.reshape(-1), max(1, int(chunk_size)))
+    if _int_dtype(a.dtype) and _int_dtype(b.dtype): return _compare_ints(a.reshape(-1), b.reshape(-1), max(1, int(chunk_size)))
     both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
     a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
     chunk_size = max(1, int(chunk_size))
