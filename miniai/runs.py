@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np, torch, matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
-from .core import atomic_write, display_name, file_kind, json_restore, json_text, read_nofollow, writable_folder
+from .core import UnsafeFileError, atomic_write, display_name, file_kind, json_restore, json_text, read_nofollow, writable_folder
 from .kernel import Moments, Recorder
 from .activations import ActivationStats
 

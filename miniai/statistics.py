@@ -549,7 +549,7 @@ def load(cls:StatisticsCollector, path, device='cpu'):
 # %% ../nbs/10a_statistics.ipynb #8bdcf585
 @patch
 def all_reduce(self:StatisticsCollector, group=None):
-    "Combine the statistics of every rank of `group` (torch.distributed): every rank's state, gathered and merged in rank order; afterwards all ranks hold the same global result."
+    "Merge the statistics of every rank of `group` (torch.distributed): every rank's state, gathered and merged in rank order; afterwards all ranks hold the same global result."
     if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("all_reduce needs an initialised torch.distributed process group")
     states = [None] * dist.get_world_size(group)
     dist.all_gather_object(states, self.state_dict(), group=group)
