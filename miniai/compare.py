@@ -6,24 +6,19 @@ Docs: https://miniai.github.io/miniai/compare.html.md"""
 
 # %% ../nbs/10d_compare.ipynb #fb31b230
 from __future__ import annotations
-import argparse, collections, contextlib, csv, hashlib, inspect, io, json, math, numbers, os, re, stat, sys
+import argparse, collections, contextlib, csv, io, json, math, numbers, os, re, stat, sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np, torch
-from .core import UnsafeFileError, atomic_write, file_kind, json_restore, json_text, open_nofollow, read_nofollow, writable_folder
-from .kernel import Moments, Recorder, batch_moments
+from .core import UnsafeFileError, atomic_write, file_kind, open_nofollow, read_nofollow, writable_folder, display_name
+from .kernel import Moments, batch_moments
 
 # %% auto #0
 __all__ = ['load_dump', 'compare_arrays', 'compare_dumps', 'find_failures']
 
 # %% ../nbs/10d_compare.ipynb #9a98b60c
 def _natural_key(s): return [int(t) if t.isdigit() else t for t in re.split(r'(\d+)', s)]
-
-def _display_name(name) -> str:
-    "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
-    text = os.fsencode(name).decode('utf-8', 'backslashreplace')
-    return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
 
 # %% ../nbs/10d_compare.ipynb #ca1f88ac
 _MAX_INDEX_BYTES = 64*2**20   # an index line is ~200 bytes: room for 300,000 files
@@ -36,23 +31,23 @@ class DumpIndexError(ValueError):
 def _read_regular(fn, cap):
     "The bytes of regular file `fn`, read as `.npy` files are (`read_nofollow`: no symlink, FIFO or device, so no hang), at most `cap` bytes."
     try: return read_nofollow(fn, cap)
-    except UnsafeFileError as e: raise DumpIndexError(f'{_display_name(fn)}: {e.strerror}') from None
+    except UnsafeFileError as e: raise DumpIndexError(f'{display_name(fn)}: {e.strerror}') from None
 
 def _check_index(index, fn):
     "`index` if it has the shape `DumpWriter` writes: {file name: {field: a number, a string, or a list of numbers}}."
-    if not isinstance(index, dict): raise DumpIndexError(f'{_display_name(fn)}: not a JSON object of files')
+    if not isinstance(index, dict): raise DumpIndexError(f'{display_name(fn)}: not a JSON object of files')
     for name, entry in index.items():
-        if not isinstance(entry, dict): raise DumpIndexError(f'{_display_name(fn)}: the entry of {_display_name(name)} is not a JSON object')
+        if not isinstance(entry, dict): raise DumpIndexError(f'{display_name(fn)}: the entry of {display_name(name)} is not a JSON object')
         for k, v in entry.items():
             flat = v is None or isinstance(v, (str, int, float)) or (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v))
-            if not flat: raise DumpIndexError(f'{_display_name(fn)}: field {_display_name(k)} of {_display_name(name)} is not a number, a string or a list of numbers')
+            if not flat: raise DumpIndexError(f'{display_name(fn)}: field {display_name(k)} of {display_name(name)} is not a number, a string or a list of numbers')
     return index
 
 def _index_files(index, fn):
     "The files of a dump folder's parsed `index.json`: under `files` in lesson 10b's one index schema (version 2); the index itself in version 1 (`{file: entry}`, no header)."
     if not (isinstance(index, dict) and 'format' in index): return index
     if index['format'] != 'miniai.dumps' or not isinstance(index.get('files'), dict):
-        raise DumpIndexError(f"{_display_name(fn)}: an index of {_display_name(str(index['format']))}, not the files of a dump folder")
+        raise DumpIndexError(f"{display_name(fn)}: an index of {display_name(str(index['format']))}, not the files of a dump folder")
     return index['files']
 
 # %% ../nbs/10d_compare.ipynb #f10755d6
@@ -62,8 +57,8 @@ def dump_index(folder) -> dict:
     try: data = _read_regular(fn, _MAX_INDEX_BYTES)
     except FileNotFoundError: return {}
     try: index = json.loads(data)
-    except RecursionError: raise DumpIndexError(f'{_display_name(fn)}: nested too deeply to be an index') from None
-    except ValueError as e: raise DumpIndexError(f'{_display_name(fn)}: not JSON ({str(e).splitlines()[0]})') from None
+    except RecursionError: raise DumpIndexError(f'{display_name(fn)}: nested too deeply to be an index') from None
+    except ValueError as e: raise DumpIndexError(f'{display_name(fn)}: not JSON ({str(e).splitlines()[0]})') from None
     return _check_index(_index_files(index, fn), fn)
 
 # %% ../nbs/10d_compare.ipynb #570aa8b2
@@ -138,7 +133,7 @@ def _max_abs_finite(a, b, chunk_size):
 def _log10(x): return math.log10(x) if x > 0 else -math.inf
 
 # %% ../nbs/10d_compare.ipynb #e672a483
-def _is_int(dt): return dt.kind in 'biu'   # bool, signed and unsigned integers
+def _int_dtype(dt): return dt.kind in 'biu'   # bool, signed and unsigned integers
 
 _SMALL = 1 << 21   # |values| below this: squares and products of 2**19 of them sum exactly in int64
 
@@ -177,7 +172,7 @@ def _compare_ints(a, b, chunk_size) -> dict:
 def compare_arrays(a, b, chunk_size=1<<19) -> dict:
     "Statistics of two same-shape arrays (in float64, chunk by chunk; integer arrays exactly, in integer arithmetic): the `CSV_COLUMNS` except `tensor_name`."
     if a.shape != b.shape: raise ValueError(f"shape mismatch: A {a.shape} vs B {b.shape}")
-    if _is_int(a.dtype) and _is_int(b.dtype): return _compare_ints(a.reshape(-1), b.reshape(-1), max(1, int(chunk_size)))
+    if _int_dtype(a.dtype) and _int_dtype(b.dtype): return _compare_ints(a.reshape(-1), b.reshape(-1), max(1, int(chunk_size)))
     both_fortran = a.ndim > 1 and a.flags.f_contiguous and b.flags.f_contiguous and not a.flags.c_contiguous
     a, b = a.reshape(-1, order='F' if both_fortran else 'C'), b.reshape(-1, order='F' if both_fortran else 'C')   # views when possible
     chunk_size = max(1, int(chunk_size))
@@ -323,7 +318,7 @@ def _write_csv(fn, rows, columns=CSV_COLUMNS):
     "Atomically write `rows` (dicts keyed by `columns`; other keys are left out) to CSV file `fn`."
     buf = io.StringIO()
     writer = csv.DictWriter(buf, columns, extrasaction='ignore', lineterminator='\n')
-    writer.writeheader(); writer.writerows({**r, 'tensor_name': _display_name(r['tensor_name'])} for r in rows)
+    writer.writeheader(); writer.writerows({**r, 'tensor_name': display_name(r['tensor_name'])} for r in rows)
     atomic_write(fn, lambda f: f.write(buf.getvalue().encode()))
 
 # %% ../nbs/10d_compare.ipynb #825bc91d
@@ -385,11 +380,11 @@ def compare_dumps(path_a, path_b, subfolders=('tensors', 'grads'), workers=None,
         _write_csv(out/f'rank_{rank}_rst.csv', res['compared'])
         _write_csv(out/f'rank_{rank}_uncompared.csv', res['uncompared'], _UNCOMPARED_COLUMNS)
         if verbose:
-            for r in res['uncompared'][:20]: print(f"{sub}/rank_{rank}: {_display_name(r['tensor_name'])}: {r['reason']}")
+            for r in res['uncompared'][:20]: print(f"{sub}/rank_{rank}: {display_name(r['tensor_name'])}: {r['reason']}")
             if len(res['uncompared']) > 20: print(f"{sub}/rank_{rank}: ... {len(res['uncompared']) - 20} more in {out}/rank_{rank}_uncompared.csv")
             dtypes = collections.Counter((r['dtypeA'], r['dtypeB']) for r in res['compared'] if r['dtypeA'] != r['dtypeB'])
             for (dta, dtb), n in dtypes.items():
-                print(f"{sub}/rank_{rank}: {n} pair(s) of different dtypes, A {_display_name(str(dta))} vs B {_display_name(str(dtb))}")
+                print(f"{sub}/rank_{rank}: {n} pair(s) of different dtypes, A {display_name(str(dta))} vs B {display_name(str(dtb))}")
     return results
 
 # %% ../nbs/10d_compare.ipynb #991a917f
@@ -452,351 +447,30 @@ def compare_main(argv=None):
         path = getattr(args, nm)
         if not path.strip(): p.error(f'--{nm} must name a dump folder, got an empty string')
         try: is_dir = Path(path).is_dir()
-        except OSError as e: p.error(f'--{nm} {_display_name(path)}: {e.strerror}')
-        if not is_dir: p.error(f'--{nm} {_display_name(path)} is not a folder')
+        except OSError as e: p.error(f'--{nm} {display_name(path)}: {e.strerror}')
+        if not is_dir: p.error(f'--{nm} {display_name(path)} is not a folder')
     if args.workers is not None and args.workers < 1: p.error('--workers must be at least 1')
     try: res = compare_dumps(args.pathA, args.pathB, args.subfolders, args.workers, progress=not args.no_progress)
-    except (CompareSetupError, OSError) as e: p.error(_display_name(str(e)))
+    except (CompareSetupError, OSError) as e: p.error(display_name(str(e)))
     if not args.no_progress: print()   # end the console progress bar's line
     for (sub, rank), r in res.items(): print(_summary(sub, rank, r))
-    print(f'CSV files: {_display_name(str(args.pathA))}/{{tensors,grads}}/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
+    print(f'CSV files: {display_name(str(args.pathA))}/{{tensors,grads}}/compare_rst/rank_N_rst.csv and rank_N_uncompared.csv')
     bad = find_failures(res, args.min_cosine, args.max_abs_err, args.allow_missing, args.allow_nonfinite_mismatch)
-    for where, name, why in bad[:20]: print(f'FAIL {where}/{_display_name(name)}: {why}' if where else f'FAIL: {why}')
+    for where, name, why in bad[:20]: print(f'FAIL {where}/{display_name(name)}: {why}' if where else f'FAIL: {why}')
     if len(bad) > 20: print(f'... and {len(bad) - 20} more')
     if bad: print(f'{len(bad)} failure(s): exit 1'); sys.exit(1)
     n = sum(len(r['compared']) for r in res.values())
     print(f'all {n} pairs compared and passed'); sys.exit(0)
 
-# %% ../nbs/10d_compare.ipynb #a223b266
-_STATS_FORMAT, _STATS_VERSION = 'miniai.activation_stats', 1
-_STATS_META, _STATS_ARRAYS = 'meta.json', 'recorders.npz'
-_REC_SETTINGS = ('bins', 'hi', 'sample', 'exact', 'fold', 'zeros', 'ranges', 'minmax', 'seed')   # a `Recorder`'s arguments
-_STATS_PHASES = ('train', 'valid')
+# %% ../nbs/10d_compare.ipynb #7efd0124
+_IN_RUNS = ('save_stats', 'load_stats', 'compare_stats', 'format_comparison', 'plot_compare')
 
-def _plain_value(v):
-    "Whether `v` goes into JSON as it is: None, a bool, a finite number, a str, or a list of them."
-    def one(x): return x is None or isinstance(x, (bool, str)) or (isinstance(x, numbers.Real) and math.isfinite(x))
-    return one(v) or (isinstance(v, (list, tuple)) and all(map(one, v)))
-
-def _stats_settings(astats):
-    "The arguments `astats` was made with, read from its attributes of the same names, where they are plain JSON values (None for an option whose default is not None: the default); `layers` given as modules or a predicate become the names of the layers it hooked."
-    res = {}
-    for name, p in inspect.signature(type(astats).__init__).parameters.items():
-        if name == 'self' or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or not hasattr(astats, name): continue
-        v = getattr(astats, name)
-        if v is None and p.default is not None: continue    # an option kept as None when off (`per_channel`): its default
-        if _plain_value(v): res[name] = list(v) if isinstance(v, tuple) else v
-        elif name == 'layers': res[name] = list(astats.names)
-    return res
-
-def _stats_recorders(astats, who):
-    "(phase, layer, key, `Recorder`) of every recorder of `astats`, both phases, outputs, gradients and parameters; a recorder that keeps more than the kernel's rows and bins is a ValueError."
-    found = []
-    for phase, layers in astats.recorders.items():
-        for layer, recs in layers.items():
-            for key, rec in recs.items():
-                if not isinstance(rec, Recorder) or type(rec).after_record is not Recorder.after_record:
-                    raise ValueError(f"{who}: the recorder of {layer}[{key}] ({phase}) is a {type(rec).__name__}, which keeps more than "
-                                     "the statistics rows and histogram bins this format holds")
-                found.append((phase, layer, key, rec))
-    return found
-
-def _check_astats(astats, who, name='astats'):
-    "`astats` if it is an `ActivationStats` (or looks like one: `names` and `recorders` by phase), else a TypeError naming the argument."
-    if not (isinstance(getattr(astats, 'names', None), list) and isinstance(getattr(astats, 'recorders', None), dict)):
-        raise TypeError(f"{who}: `{name}` must be an ActivationStats (or the folder of a saved one), got {type(astats).__name__}")
-    return astats
-
-def _check_path(path, who):
-    if not isinstance(path, (str, os.PathLike)) or not str(os.fspath(path)).strip():
-        raise TypeError(f"{who}: `path` must name a folder (a str or a Path), got {path!r}")
-
-class _SavedChannels:
-    "The per-channel statistics of one output stream of a loaded `ActivationStats`: its `Moments` rows `[batches, channels]` as they were saved, read as the recording's (`moments`, `means`, `stds`)."
-    def __init__(self, dim, t): self.dim, self._t = dim, t
-    def __len__(self): return len(self._t)
-    @property
-    def moments(self): return Moments(self._t)
-    @property
-    def means(self):
-        m = self.moments
-        return torch.where(m.count > 0, m.mean, math.nan)
-    @property
-    def stds(self): return self.moments.std
-    def __repr__(self): return f"per-channel stats (dim {self.dim}): {len(self)} batches, loaded"
-
-# %% ../nbs/10d_compare.ipynb #ef7e3c4e
-def save_stats(astats, path):
-    "Write what `astats` (an `ActivationStats`) recorded to folder `path` (made if missing, never through a symlink): `meta.json` (its settings, layer names, skipped outputs and each recorder's settings) and `recorders.npz` (each recorder's `Moments` rows and raw histogram bins, and the per-channel `Moments`, as recorded). Both are written atomically, the arrays first; no pickle. Returns the folder as a `Path`."
-    _check_astats(astats, 'save_stats')
-    entries, arrays = [], {}
-    for i, (phase, layer, key, rec) in enumerate(_stats_recorders(astats, 'save_stats')):
-        sd = rec.state_dict()                           # on the recording device: one read each
-        arrays[f'r{i}_rows'], arrays[f'r{i}_raw'] = sd['rows'].cpu().numpy(), sd['raw'].cpu().numpy()
-        if sd['folded'] is not None: arrays[f'r{i}_folded'] = sd['folded'].cpu().numpy()
-        entries.append(dict(phase=phase, layer=layer, key=key, n_batches=sd['n_batches'], **{k: getattr(rec, k) for k in _REC_SETTINGS}))
-    chans = []
-    for phase, layers in (getattr(astats, 'channels', None) or {}).items():      # `per_channel`: Moments rows [batches, channels]
-        for layer, streams in layers.items():
-            for key, cs in streams.items():
-                arrays[f'c{len(chans)}_moments'] = cs.moments.t.cpu().numpy()
-                chans.append(dict(phase=phase, layer=layer, key=key, dim=cs.dim))
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    data = buf.getvalue()
-    skipped = {str(n): {str(k): str(why) for k, why in s.items()} for n, s in getattr(astats, 'skipped', {}).items()}
-    meta = dict(format=_STATS_FORMAT, version=_STATS_VERSION, settings=_stats_settings(astats), names=list(astats.names),
-                skipped=skipped, recorders=entries, channels=chans, arrays=dict(file=_STATS_ARRAYS, bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
-    text = json_text(meta, indent=1) + '\n'             # a value JSON cannot hold fails here, before anything is written
-    _check_path(path, 'save_stats')
-    try: folder = writable_folder(path, follow_symlinks=False, name='path')
-    except OSError as e: raise ValueError(f"save_stats: `path` {_display_name(str(path))}: {e.strerror}") from None
-    atomic_write(folder/_STATS_ARRAYS, data, durable=True)
-    atomic_write(folder/_STATS_META, text, durable=True)   # last: a meta.json beside arrays it did not write is refused by `load_stats`
-    return folder
-
-# %% ../nbs/10d_compare.ipynb #ff3f7df3
-def _load_error(folder, why): return ValueError(f"load_stats: `path` {_display_name(str(folder))}: {why}")
-
-def _read_saved(folder, name, cap=None):
-    "The bytes of file `name` of saved folder `folder`: a regular file only (a symlink is not followed), at most `cap` bytes."
-    try: return read_nofollow(folder/name, cap)
-    except FileNotFoundError: raise _load_error(folder, f'has no {name}: not a folder written by save_stats (or not completely)') from None
-    except UnsafeFileError as e: raise _load_error(folder, f'{name} is {e.strerror}') from None
-    except OSError as e: raise _load_error(folder, f'{name} cannot be read: {e.strerror}') from None
-
-def _check_meta(meta, folder):
-    "`meta` (the parsed meta.json) if it has the shape `save_stats` writes; else a ValueError saying what is wrong."
-    def need(ok, why):
-        if not ok: raise _load_error(folder, f'meta.json: {why}')
-    need(isinstance(meta, dict) and meta.get('format') == _STATS_FORMAT, f"not the meta.json of a saved ActivationStats (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-    v = meta.get('version')
-    need(v == _STATS_VERSION, f"version {v!r}; this miniai reads version {_STATS_VERSION}")
-    names, skipped, recs, arrays = (meta.get(k) for k in ('names', 'skipped', 'recorders', 'arrays'))
-    need(isinstance(meta.get('settings'), dict), '`settings` is not an object')
-    need(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), '`names` is not a list of distinct layer names')
-    need(isinstance(skipped, dict) and all(isinstance(s, dict) and all(isinstance(w, str) for w in s.values()) for s in skipped.values()), '`skipped` is not {layer: {output: why}}')
-    need(isinstance(arrays, dict) and isinstance(arrays.get('bytes'), int) and isinstance(arrays.get('sha256'), str), '`arrays` has no size and sha256')
-    need(isinstance(recs, list), '`recorders` is not a list')
-    seen = set()
-    for i, e in enumerate(recs):
-        need(isinstance(e, dict) and e.get('phase') in _STATS_PHASES and e.get('layer') in names and isinstance(e.get('key'), str),
-             f'recorder {i} is not one of a layer in `names`, in phase train or valid')
-        where = (e['phase'], e['layer'], e['key'])
-        need(where not in seen, f"recorder {i} repeats {e['layer']}[{e['key']}] ({e['phase']})"); seen.add(where)
-        ok = (isinstance(e.get('bins'), int) and not isinstance(e['bins'], bool) and e['bins'] >= 1 and isinstance(e.get('n_batches'), int)
-              and all(isinstance(e.get(k), bool) for k in ('exact', 'fold', 'zeros', 'ranges', 'minmax')) and 'hi' in e and 'sample' in e and 'seed' in e)
-        need(ok, f"recorder {i} ({e['layer']}[{e['key']}]) lacks its settings (bins, hi, sample, exact, fold, zeros, ranges, minmax, seed, n_batches)")
-    chans = meta.get('channels', [])
-    need(isinstance(chans, list) and all(isinstance(c, dict) and c.get('phase') in _STATS_PHASES and c.get('layer') in names
-                                         and isinstance(c.get('key'), str) and isinstance(c.get('dim'), int) for c in chans),
-         '`channels` is not a list of per-channel streams of layers in `names`')
-    return meta
-
-def _saved_channels(i, c, arrays, folder):
-    "The per-channel statistics of entry `i` (`c`, from meta.json): a float64 array `[batches, channels, fields]` from the npz."
-    k, where = f'c{i}_moments', f"per-channel stats of {c['layer']}[{c['key']}] ({c['phase']})"
-    if k not in arrays.files: raise _load_error(folder, f'{where}: {k} is missing from {_STATS_ARRAYS}')
-    try: a = arrays[k]
-    except ValueError as err: raise _load_error(folder, f'{where}: {k}: {err}') from None
-    if a.dtype != np.float64 or a.ndim != 3 or a.shape[2] != len(Moments.empty().t):
-        raise _load_error(folder, f'{where}: {k} is {a.dtype} {a.shape}, not float64 [batches, channels, {len(Moments.empty().t)}]')
-    return _SavedChannels(c['dim'], torch.from_numpy(np.array(a)))
-
-def _saved_recorder(i, e, arrays, folder):
-    "The `Recorder` of entry `i` (`e`, from meta.json) holding its arrays from the npz; a ValueError for a missing array or one of the wrong dtype or shape."
-    where = f"recorder {e['layer']}[{e['key']}] ({e['phase']})"
-    def arr(k, dtype):
-        if k not in arrays.files: raise _load_error(folder, f'{where}: {k} is missing from {_STATS_ARRAYS}')
-        try: a = arrays[k]
-        except ValueError as err: raise _load_error(folder, f'{where}: {k}: {err}') from None     # an object array: pickle, refused
-        if a.dtype != dtype: raise _load_error(folder, f'{where}: {k} is {a.dtype}, not {np.dtype(dtype)}')
-        return torch.from_numpy(np.array(a))
-    sd = dict(rows=arr(f'r{i}_rows', np.float64), raw=arr(f'r{i}_raw', np.int64),
-              folded=arr(f'r{i}_folded', np.float64) if f'r{i}_folded' in arrays.files else None, n_batches=e['n_batches'])
-    rec = Recorder(**{k: e[k] for k in _REC_SETTINGS})
-    try: return rec.load_state_dict(sd)
-    except ValueError as err: raise _load_error(folder, f'{where}: {err}') from None
-
-# %% ../nbs/10d_compare.ipynb #47a6ba01
-def load_stats(path):
-    "The `ActivationStats` saved in folder `path` by `save_stats`: its plots, `diagnose`, `series` and recorders give the numbers of the original, bit for bit. Refused with a ValueError, and nothing returned, when a file is missing, a symlink, of another format or version, or does not match the other."
-    _check_path(path, 'load_stats')
-    folder = Path(path)
-    try: mode = os.lstat(folder).st_mode
-    except FileNotFoundError: raise _load_error(folder, 'does not exist') from None
-    if not stat.S_ISDIR(mode): raise _load_error(folder, f'is {file_kind(mode)}, not a folder written by save_stats')
-    text = _read_saved(folder, _STATS_META, _MAX_INDEX_BYTES)
-    try: meta = json.loads(text)
-    except (RecursionError, ValueError) as e: raise _load_error(folder, f'meta.json is not JSON ({str(e).splitlines()[0]})') from None
-    meta = _check_meta(json_restore(meta), folder)
-    data = _read_saved(folder, _STATS_ARRAYS)
-    if len(data) != meta['arrays']['bytes'] or hashlib.sha256(data).hexdigest() != meta['arrays']['sha256']:
-        raise _load_error(folder, f'{_STATS_ARRAYS} is not the file its meta.json was written with ({len(data)} bytes, '
-                                  f"{meta['arrays']['bytes']} expected, or another sha256): a save interrupted, or files of two saves")
-    try: arrays = np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as e: raise _load_error(folder, f'{_STATS_ARRAYS} is not an npz file ({type(e).__name__}: {e})') from None
-    with arrays:
-        recs = [(e, _saved_recorder(i, e, arrays, folder)) for i, e in enumerate(meta['recorders'])]
-        chans = [(c, _saved_channels(i, c, arrays, folder)) for i, c in enumerate(meta.get('channels', []))]
-    from miniai.activations import ActivationStats     # here, not at import: `miniai-compare` starts without the training stack
-    known = inspect.signature(ActivationStats.__init__).parameters
-    try: astats = ActivationStats(**{k: v for k, v in meta['settings'].items() if k in known and k != 'self'})
-    except (TypeError, ValueError) as e: raise _load_error(folder, f'its settings are refused: {e}') from None
-    names = meta['names']
-    recorders = {p: {n: {} for n in names} for p in _STATS_PHASES}
-    for e, rec in recs: recorders[e['phase']][e['layer']][e['key']] = rec
-    astats.names, astats.recorders = names, recorders
-    astats.skipped = {n: dict(meta['skipped'].get(n, {})) for n in names}
-    if chans or hasattr(astats, 'channels'):
-        astats.channels = {p: {n: {} for n in names} for p in _STATS_PHASES}
-        for c, cs in chans: astats.channels[c['phase']][c['layer']][c['key']] = cs
-    return astats
-
-# %% ../nbs/10d_compare.ipynb #c3ec80d8
-_COMPARED = ('mean', 'std', 'dead', 'saturated', 'nonfinite')
-
-def _as_stats(x, who, name):
-    "`x` as an `ActivationStats`: itself, or loaded from the folder it names."
-    return load_stats(x) if isinstance(x, (str, os.PathLike)) else _check_astats(x, who, name)
-
-def _common_batches(n_a, every_a, n_b, every_b):
-    "Indices into A's and B's recorded batches of the training batches both recorded (A's i-th recorded batch is training batch `i * every_a`)."
-    if not n_a or not n_b: return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
-    steps = torch.arange(0, min((n_a - 1) * every_a, (n_b - 1) * every_b) + 1, math.lcm(every_a, every_b))
-    return steps // every_a, steps // every_b
-
-def _per_batch(rec):
-    "The series `compare_stats` compares, per recorded batch (float64): mean, std, dead and saturated fractions, NaN/Inf count."
-    return dict(mean=rec.means, std=rec.stds, dead=rec.dead, saturated=rec.saturated, nonfinite=rec.nonfinite.double())
-
-def _largest_gap(x, y):
-    "Largest |y - x| over the batches: 0 where both are equal or both NaN, inf where only one is NaN; NaN when there is no batch."
-    if not len(x): return math.nan
-    gap = torch.where((x == y) | (x.isnan() & y.isnan()), 0., (y - x).abs())
-    return float(gap.nan_to_num(math.inf).max())
-
-def _streams_of(astats, phase, layer):
-    "{key: `Recorder`} of the streams of `layer` that recorded something in `phase`, first output first (as `diagnose` orders them)."
-    return {k: r for k, r in astats.recorders.get(phase, {}).get(layer, {}).items() if len(r) and not r.fold}
-
-def _compare_stream(label, key, ra, rb, every_a, every_b, labels):
-    "The row of `compare_stats` for one stream: `ra` (run A's `Recorder`, or None) against `rb`."
-    la, lb = labels
-    row = dict(layer=label, output=key, batches=0, batches_a=len(ra) if ra else 0, batches_b=len(rb) if rb else 0)
-    if ra is None or rb is None:
-        row.update({f'{s}_{k}': math.nan for s in _COMPARED for k in ('a', 'b', 'diff')}, first=None, flags=[f'only in {la if rb is None else lb}'])
-        return row
-    ia, ib = _common_batches(len(ra), every_a, len(rb), every_b)
-    sa, sb = _per_batch(ra), _per_batch(rb)
-    row['batches'] = len(ia)
-    for s in _COMPARED:
-        x, y = sa[s][ia], sb[s][ib]
-        avg = (lambda v: float(v.sum())) if s == 'nonfinite' else (lambda v: float(v.nanmean()) if len(v) else math.nan)
-        row[f'{s}_a'], row[f'{s}_b'], row[f'{s}_diff'] = avg(x), avg(y), _largest_gap(x, y)
-    for s in ('nonfinite_a', 'nonfinite_b', 'nonfinite_diff'):
-        if row[s] == row[s]: row[s] = int(row[s])
-    # bit for bit: each common batch's Moments row (counts, moments, dead and overflow counts) and histogram bins
-    ta, tb = ra.state_dict(), rb.state_dict()
-    same = (ta['rows'][ia].cpu().view(torch.int64) == tb['rows'][ib].cpu().view(torch.int64)).all(1)
-    if ta['raw'].shape[1] == tb['raw'].shape[1]: same &= (ta['raw'][ia].cpu() == tb['raw'][ib].cpu()).all(1)
-    else: same &= False
-    differ = (~same).nonzero()
-    row['first'] = int(ia[differ[0, 0]]) if len(differ) else None
-    flags = ['same' if row['first'] is None else 'differs'] if len(ia) else ['no batch in common']
-    if (ra.bins, ra.hi) != (rb.bins, rb.hi): flags.append(f'dead/sat thresholds differ: {la} hi={ra.hi}, bins={ra.bins}; {lb} hi={rb.hi}, bins={rb.bins}')
-    if every_a != every_b: flags.append(f'{la} every {every_a}, {lb} every {every_b}: {len(ia)} batches in common')
-    elif len(ra) != len(rb): flags.append(f'{la} recorded {len(ra)} batches, {lb} {len(rb)}: {len(ia)} compared')
-    row['flags'] = flags
-    return row
-
-# %% ../nbs/10d_compare.ipynb #bb5352d0
-def _gap_text(v):
-    "A largest difference as the table shows it: '0' when none, '-' when not compared, else 3 significant digits."
-    if v != v: return '-'
-    return '0' if v == 0 else 'inf' if v == math.inf else f'{v:.2e}' if isinstance(v, float) else str(v)
-
-def format_comparison(rows, labels=('A', 'B')):
-    "The rows of `compare_stats` as a fixed-width text table: per layer and stream the batches compared, each run's average std, the largest per-batch difference of each statistic and the first batch that differs."
-    la, lb = labels
-    w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
-    def num(v): return '-' if v != v else f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
-    lines = [f"{'layer':<{w}}{'batches':>8}{'std ' + la:>10}{'std ' + lb:>10}{'Δmean':>10}{'Δstd':>10}{'Δdead':>10}{'Δsat':>10}{'ΔNaN/Inf':>9}{'first':>7}  flags"]
-    for r in rows:
-        lines.append(f"{str(r['layer']):<{w}}{r['batches']:>8}{num(r['std_a']):>10}{num(r['std_b']):>10}" +
-                     ''.join(f"{_gap_text(r[s + '_diff']):>10}" for s in ('mean', 'std', 'dead', 'saturated')) +
-                     f"{_gap_text(r['nonfinite_diff']):>9}{'-' if r['first'] is None else r['first']:>7}  {', '.join(r['flags'])}")
-    lines.append(f"Δ: the largest |{lb} - {la}| of a batch both recorded; first: the first such batch whose statistics differ at all, bit for bit")
-    return '\n'.join(lines)
-
-class _Comparison(list):
-    "The rows of `compare_stats`: a list of dicts that prints (and shows in a notebook) as `format_comparison`'s table."
-    labels = ('A', 'B')
-    def __str__(self): return format_comparison(self, self.labels)
-    def _repr_pretty_(self, p, cycle): p.text(str(self))
-
-# %% ../nbs/10d_compare.ipynb #1805ba5e
-def compare_stats(a, b, phase='train', layers=None, labels=('A', 'B')):
-    "Compare two runs' `ActivationStats` (or the folders `save_stats` wrote): one row per layer and output stream (gradients and parameters too), over the training batches both recorded (`every` may differ), with each run's average of mean, std, dead, saturated and NaN/Inf (`mean_a`, `mean_b`...), the largest per-batch difference of each (`mean_diff`...), `first`, the first batch (of A's) whose statistics differ at all, and `flags`. Prints as a table."
-    a, b = _as_stats(a, 'compare_stats', 'a'), _as_stats(b, 'compare_stats', 'b')
-    if phase not in _STATS_PHASES: raise ValueError(f"compare_stats: `phase` is 'train' or 'valid', got {phase!r}")
-    if not (isinstance(labels, (list, tuple)) and len(labels) == 2 and all(isinstance(l, str) and l for l in labels)):
-        raise ValueError(f"compare_stats: `labels` must be two non-empty names of the runs, got {labels!r}")
-    every_a, every_b = (a.every, b.every) if phase == 'train' else (1, 1)     # validation batches are all recorded
-    names = list(dict.fromkeys(a.names + b.names))
-    if layers is not None:
-        if isinstance(layers, str): layers = [layers]
-        unknown = [n for n in layers if n not in names]
-        if unknown: raise ValueError(f"compare_stats: `layers` names {unknown}, which neither run hooked; they hooked {names}")
-        names = list(dict.fromkeys(layers))
-    rows = _Comparison()
-    rows.labels = tuple(labels)
-    for name in names:
-        sa, sb = _streams_of(a, phase, name), _streams_of(b, phase, name)
-        keys = list(dict.fromkeys(list(sa) + list(sb)))
-        keys.sort(key=lambda k: (k.startswith(('grad.', 'param.')), k.startswith('grad.')))   # outputs first, as `diagnose` has them
-        if not keys:
-            in_a, in_b = name in a.names, name in b.names
-            why = 'nothing recorded' if in_a and in_b else f'only in {labels[0] if in_a else labels[1]}'
-            rows.append(dict(layer=name, output=None, batches=0, batches_a=0, batches_b=0, first=None, flags=[why],
-                             **{f'{s}_{k}': math.nan for s in _COMPARED for k in ('a', 'b', 'diff')}))
-        for i, key in enumerate(keys):
-            rows.append(_compare_stream(name if i == 0 else f'{name}[{key}]', key, sa.get(key), sb.get(key), every_a, every_b, labels))
-    return rows
-
-# %% ../nbs/10d_compare.ipynb #d6a0300a
-def plot_compare(a, b, layers=None, phase='train', labels=('A', 'B'), grads=False, figsize=(10, 4)):
-    "Draw the means and standard deviations per batch (`grads`: of the gradients too, where both runs recorded them) of `layers` (default: the first 10 layers both runs recorded) of run `a` (solid) and run `b` (dashed) over each other, one colour per layer, against the training batch. Returns the figure."
-    import matplotlib.pyplot as plt                  # here, not at import: `miniai-compare` starts without matplotlib
-    a, b = _as_stats(a, 'plot_compare', 'a'), _as_stats(b, 'plot_compare', 'b')
-    if phase not in _STATS_PHASES: raise ValueError(f"plot_compare: `phase` is 'train' or 'valid', got {phase!r}")
-    every_a, every_b = (a.every, b.every) if phase == 'train' else (1, 1)
-    both = [n for n in a.names if '0' in _streams_of(a, phase, n) and '0' in _streams_of(b, phase, n)]
-    if layers is None: layers = both[:10]
-    elif isinstance(layers, str): layers = [layers]
-    missing = [n for n in layers if n not in both]
-    if missing: raise ValueError(f"plot_compare: `layers` names {missing}, which the two runs did not both record in {phase}; both recorded {both}")
-    if not layers: raise ValueError(f"plot_compare: the two runs recorded no layer in common in {phase}")
-    rows = 2 if grads else 1
-    fig, axs = plt.subplots(rows, 2, figsize=(figsize[0], figsize[1] * rows), squeeze=False, layout='constrained')
-    colours = plt.get_cmap('tab10' if len(layers) <= 10 else 'tab20')
-    for i, name in enumerate(layers):
-        for run, every, style in ((a, every_a, '-'), (b, every_b, '--')):
-            streams = _streams_of(run, phase, name)
-            x = np.arange(len(streams['0'])) * every
-            kw = dict(color=colours(i % colours.N), linestyle=style)
-            axs[0, 0].plot(x, streams['0'].means.numpy(), **kw); axs[0, 1].plot(x, streams['0'].stds.numpy(), **kw)
-            g = streams.get('grad.0')
-            if grads and g is not None:
-                xg = np.arange(len(g)) * every
-                axs[1, 0].plot(xg, g.means.numpy(), **kw); axs[1, 1].semilogy(xg, g.stds.numpy(), **kw)
-    for ax, t in zip(axs.flat, ['Means', 'Stdevs', 'Gradient means', 'Gradient stdevs']):
-        ax.set_title(t); ax.set_xlabel('batch' if every_a == every_b == 1 else 'training batch')
-    from matplotlib.lines import Line2D
-    handles = [Line2D([], [], color=colours(i % colours.N), label=n) for i, n in enumerate(layers)]
-    handles += [Line2D([], [], color='grey', linestyle=s, label=l) for s, l in zip(('-', '--'), labels)]
-    axs[0, 1].legend(handles=handles, fontsize=8)
-    return fig
+def __getattr__(name):
+    "The names of `miniai.runs` that this module held, imported from there when first read (`import miniai.compare` loads no training stack)."
+    if name in _IN_RUNS:
+        from miniai import runs
+        return getattr(runs, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # %% ../nbs/10d_compare.ipynb #5bec5b4b
 if __name__ == '__main__' and '__file__' in globals(): compare_main()

@@ -6,7 +6,8 @@ Docs: https://miniai.github.io/miniai/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #370ff4f5
 from __future__ import annotations
-import os, math, json, itertools, hashlib, contextlib, errno, stat, numbers, tempfile
+import os, math, json, itertools, hashlib, contextlib, errno, stat, numbers, tempfile, inspect
+from functools import wraps
 from collections.abc import Mapping
 from pathlib import Path
 import numpy as np, torch, torch.distributed as dist
@@ -132,6 +133,12 @@ def open_nofollow(path, write=False):
     return open(fd, 'r+b' if write else 'rb', buffering=0 if write else -1)
 
 
+# %% ../nbs/00_core.ipynb #af9c931e
+def display_name(name) -> str:
+    "`name` as printable text: bytes that are not UTF-8 as `\\xNN`, control characters escaped."
+    text = os.fsencode(name).decode('utf-8', 'backslashreplace')
+    return ''.join(c if c.isprintable() else c.encode('unicode_escape').decode() for c in text)
+
 # %% ../nbs/00_core.ipynb #b832b8fb
 def read_nofollow(path, cap=None):
     "The bytes of regular file `path`, read through `open_nofollow` (no symlink, FIFO or device); more than `cap` bytes: `UnsafeFileError`, before reading them."
@@ -143,7 +150,7 @@ def read_nofollow(path, cap=None):
     return data
 
 # %% ../nbs/00_core.ipynb #6fa29bd7
-def _remove_empty(folders):
+def remove_empty(folders):
     "Remove each of `folders` (innermost first) that is empty; leave the others."
     for p in folders:
         with contextlib.suppress(OSError): p.rmdir()
@@ -165,9 +172,9 @@ def writable_folder(path, keep=True, follow_symlinks=True, name='path'):
         fd, probe = tempfile.mkstemp(dir=path, prefix='.miniai-probe-')    # O_CREAT | O_EXCL: never through a symlink
         os.close(fd); os.unlink(probe)
     except OSError as e:
-        _remove_empty(made)
+        remove_empty(made)
         raise type(e)(e.errno, e.strerror or str(e), str(path)) from None
-    if not keep: _remove_empty(made)
+    if not keep: remove_empty(made)
     return path
 
 # %% ../nbs/00_core.ipynb #9f801785
@@ -305,6 +312,11 @@ def _short_repr(v, width=60):
 _KINDS = {'int': (numbers.Integral,), 'real': (numbers.Real,), 'bool': (bool, np.bool_)}
 _DEFAULT_FMT = '{prefix}`{name}` must be {rule}{paren}, got {got}'
 
+# %% ../nbs/00_core.ipynb #39858a84
+def is_number(v):
+    "Whether `v` is a real number (a Python or numpy int or float), not a bool."
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
 # %% ../nbs/00_core.ipynb #096b4326
 def check_arg(v, name, owner=None, kind='int', lo=None, hi=None, lo_open=False, hi_open=False, none=None, note=None,
               finite=True, fmt=None):
@@ -324,3 +336,32 @@ def check_arg(v, name, owner=None, kind='int', lo=None, hi=None, lo_open=False, 
     msg = (fmt or _DEFAULT_FMT).format(prefix=f'{owner}: ' if owner else '', owner=owner, name=name, rule=rule,
                                        paren=f' ({notes})' if notes else '', note=note or '', got=got, value=v, type=type(v).__name__)
     raise ValueError(msg) if ok_type else _WrongType(msg)
+
+# %% ../nbs/00_core.ipynb #5b2fab6e
+_OTHER_NAMES = {'mod_filter': 'layers', 'mods': 'layers', 'target_class_names': 'layers', 'on_val': 'on_valid',
+                'update_frequency': 'every', 'layer_name': 'layer', 'target_layer': 'layer'}
+
+def _renames(f):
+    "The other names `f` understands: those of `_OTHER_NAMES` whose vocabulary name is one of `f`'s parameters."
+    params = inspect.signature(f).parameters
+    return {old: new for old, new in _OTHER_NAMES.items() if new in params and old not in params}
+
+def other_names(o):
+    "Let function or class `o` take the course's and other tools' names for its vocabulary arguments (`mod_filter=` for `layers=`...); a class also gets them as properties."
+    if isinstance(o, type):
+        renames = _renames(o.__init__)
+        o.__init__ = other_names(o.__init__)
+        for old, new in renames.items():
+            if not hasattr(o, old): setattr(o, old, property(lambda self, n=new: getattr(self, n), lambda self, v, n=new: setattr(self, n, v)))
+        return o
+    renames = _renames(o)
+    if not renames: return o
+    position = {n: i for i, n in enumerate(inspect.signature(o).parameters)}
+    @wraps(o)
+    def _f(*args, **kwargs):
+        for old in renames.keys() & kwargs.keys():
+            new = renames[old]
+            if new in kwargs or position[new] < len(args): raise TypeError(f"{o.__qualname__}: `{old}` is another name for `{new}`: give one of them")
+            kwargs[new] = kwargs.pop(old)
+        return o(*args, **kwargs)
+    return _f

@@ -14,8 +14,8 @@ import numpy as np, torch
 import fastcore.all as fc
 from fastcore.basics import patch
 from torch import nn
-from .core import atomic_write, check_arg, json_text, open_nofollow, rank, to_host
-from .hooks import HookFn, Hooks, LayerNotFoundError, other_names, select_modules, tensor_items
+from .core import atomic_write, check_arg, json_text, open_nofollow, rank, to_host, other_names
+from .hooks import HookFn, Hooks, LayerNotFoundError, select_modules, tensor_items
 
 # %% auto #0
 __all__ = ['register_hook', 'SavingHook', 'register_saving_hook']

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from collections.abc import Mapping
 import torch, fastcore.all as fc
 from torch import nn
-from .core import recording_paused, check_arg
+from .core import recording_paused, check_arg, other_names
 from .learner import Callback, run_cbs, run_cleanup_cbs
 
 # %% auto #0
@@ -291,35 +291,6 @@ def skip_reason(t):
     if not t.is_floating_point(): return f'dtype {t.dtype} is not floating point'
     if t.numel() == 0: return 'empty tensor'
     return None
-
-# %% ../nbs/09b_hooks.ipynb #91219222
-_OTHER_NAMES = {'mod_filter': 'layers', 'mods': 'layers', 'target_class_names': 'layers', 'on_val': 'on_valid',
-                'update_frequency': 'every', 'layer_name': 'layer', 'target_layer': 'layer'}
-
-def _renames(f):
-    "The other names `f` understands: those of `_OTHER_NAMES` whose vocabulary name is one of `f`'s parameters."
-    params = inspect.signature(f).parameters
-    return {old: new for old, new in _OTHER_NAMES.items() if new in params and old not in params}
-
-def other_names(o):
-    "Let function or class `o` take the course's and other tools' names for its vocabulary arguments (`mod_filter=` for `layers=`...); a class also gets them as properties."
-    if isinstance(o, type):
-        renames = _renames(o.__init__)
-        o.__init__ = other_names(o.__init__)
-        for old, new in renames.items():
-            if not hasattr(o, old): setattr(o, old, property(lambda self, n=new: getattr(self, n), lambda self, v, n=new: setattr(self, n, v)))
-        return o
-    renames = _renames(o)
-    if not renames: return o
-    position = {n: i for i, n in enumerate(inspect.signature(o).parameters)}
-    @wraps(o)
-    def _f(*args, **kwargs):
-        for old in renames.keys() & kwargs.keys():
-            new = renames[old]
-            if new in kwargs or position[new] < len(args): raise TypeError(f"{o.__qualname__}: `{old}` is another name for `{new}`: give one of them")
-            kwargs[new] = kwargs.pop(old)
-        return o(*args, **kwargs)
-    return _f
 
 # %% ../nbs/09b_hooks.ipynb #914a5588c
 def compiled_parts(model):

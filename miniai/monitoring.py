@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np, matplotlib.pyplot as plt
 
 from .findings import THRESHOLDS, Thresholds, finding, format_finding, judge
-from .hooks import HooksCallback, other_names
-from .core import check_arg
+from .hooks import HooksCallback
+from .core import check_arg, other_names
 from .statistics import StatisticsConfig, StatisticsCollector, ActivationStatisticsHook, percentile_key
 
 # %% auto #0

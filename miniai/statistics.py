@@ -13,28 +13,17 @@ from functools import partial
 from fastcore.basics import patch
 
 from .kernel import FIELDS, Moments
-from .kernel import row_moments, prepare_loops
-from .sketch import QuantileSketch, SketchRecorder, sketch_alpha, MAX_SKETCH_LEVEL, normal_tensors
-from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, other_names, recomputing, compiled_parts, recompile_with_hooks
-from .core import write_json, to_host, json_safe, recording_paused, check_arg
+from .kernel import prepare_loops
+from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
+from .streams import TensorStatistics, ModuleStatistics, Stream, ChannelStats, channel_dim, check_counts, percentile_key
+from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, recomputing, compiled_parts, recompile_with_hooks
+from .core import write_json, to_host, json_safe, recording_paused, check_arg, is_number, other_names
 
 # %% auto #0
 __all__ = ['StatisticsConfig', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook']
 
 # %% ../nbs/10a_statistics.ipynb #5f61c975
 MAX_HISTOGRAM_BINS = 2**20   # a histogram is read as float64 counts: 8 MB at most, per statistic
-
-def percentile_key(p):
-    "The JSON key of percentile `p`: the shortest text that reads back as the same number ('95', '99.9', '99.900001'), so two percentiles never share a key."
-    p = float(p)
-    return str(int(p)) if p.is_integer() else repr(p)
-
-def _is_number(v): return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-def _check_int(name, v, lo, hint=''):
-    "Raise a ValueError naming `name` unless `v` is an int >= `lo`."
-    check_arg(v, name, lo=lo, fmt='{name} must be an int >= {lo}{hint}, got {got}'.replace('{lo}', str(lo)).replace('{hint}', hint))
-
 
 # %% ../nbs/10a_statistics.ipynb #3320103f
 @other_names
@@ -64,20 +53,20 @@ class StatisticsConfig:
     per_channel: bool|int = False     # exact per-channel count, mean, std, min and max of each input and output stream: channels on dim 1 (True) or on the dim given; weights (2+ dims) per output channel (dim 0)
 
     def __post_init__(self):
-        if _is_number(self.collect_percentiles):
+        if is_number(self.collect_percentiles):
             raise TypeError(f"StatisticsConfig: `collect_percentiles` is a list of percentiles in [0, 100], got {self.collect_percentiles!r}: "
                             f"write [{self.collect_percentiles!r}]")
         self.collect_percentiles = list(self.collect_percentiles or [])
-        bad = [p for p in self.collect_percentiles if not _is_number(p) or not 0 <= p <= 100]
+        bad = [p for p in self.collect_percentiles if not is_number(p) or not 0 <= p <= 100]
         if bad: raise ValueError(f"collect_percentiles must be numbers in [0, 100], got {bad}")
         keys = [percentile_key(p) for p in self.collect_percentiles]
         same = sorted({k for k in keys if keys.count(k) > 1})
         if same: raise ValueError(f"collect_percentiles holds the same percentile twice ({same}): give each one once")
-        _check_int('every', self.every, 1, ' (update_frequency is another name for it)')
-        _check_int('histogram_bins', self.histogram_bins, 1)
+        check_arg(self.every, 'every', lo=1, fmt='{name} must be an int >= 1 (update_frequency is another name for it), got {got}')
+        check_arg(self.histogram_bins, 'histogram_bins', lo=1, fmt='{name} must be an int >= 1, got {got}')
         if self.histogram_bins > MAX_HISTOGRAM_BINS:
             raise ValueError(f"histogram_bins must be at most MAX_HISTOGRAM_BINS={MAX_HISTOGRAM_BINS} (8 bytes per bin and histogram when read), got {self.histogram_bins}")
-        if self.max_samples is not None: _check_int('max_samples', self.max_samples, 0, ' or None')
+        if self.max_samples is not None: check_arg(self.max_samples, 'max_samples', lo=0, fmt='{name} must be an int >= 0 or None, got {got}')
         for k in ('collect_weights', 'collect_param_grads'):
             if not isinstance(getattr(self, k), (bool, np.bool_)): raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
             setattr(self, k, bool(getattr(self, k)))
@@ -86,146 +75,9 @@ class StatisticsConfig:
         elif isinstance(pc, (int, np.integer)): self.per_channel = int(pc)
         else: raise TypeError(f"per_channel must be True (channels on dim 1), False or the channel dim (an int), got {pc!r}")
         mb = self.max_memory_mb
-        if mb is not None and not (_is_number(mb) and math.isfinite(mb) and mb >= 0):
+        if mb is not None and not (is_number(mb) and math.isfinite(mb) and mb >= 0):
             raise ValueError(f"max_memory_mb must be a finite number >= 0 (None: no limit), got {mb!r}")
 
-
-# %% ../nbs/10a_statistics.ipynb #3afa96c6
-@dataclass
-class TensorStatistics:
-    "Run-wide statistics of one tensor stream, read to the host (None: not collected)."
-    count: int = 0                       # finite values seen
-    nonfinite: int = 0                   # NaN/Inf values seen (excluded from everything else)
-    mean: float|None = None
-    std: float|None = None
-    min: float|None = None
-    max: float|None = None
-    percentiles: dict = field(default_factory=dict)
-    sparsity_ratio: float|None = None
-    histogram: dict|None = None     # {'edges', 'counts', 'estimated', 'relative_error', 'beyond_range', 'sampling_error'}
-    percentile_error: float|None = None  # relative error bound of the percentiles (0: exact, inf: no relative bound)
-    percentile_bounds: dict|None = None  # {p: (lo, hi)}: the true percentile surely lies there (sketch estimates only)
-    reasons: dict = field(default_factory=dict)  # why a field is None or not finite, e.g. {'std': 'overflow'}
-    errors: dict = field(default_factory=dict)   # bounds on the absolute error of mean, std, sparsity_ratio: 0, they are exact
-    estimated: list = field(default_factory=list)  # fields estimated from sampled values: 'percentiles', 'histogram' (bounds: `percentile_bounds`, histogram['sampling_error'])
-
-    def to_dict(self):
-        "Strict-JSON dict: percentile keys as strings like '99.9'; a value that is not a finite number is `null`, and `<key>_reason` says why."
-        d = {}
-        for k in ('mean', 'std', 'min', 'max'): _put(d, k, getattr(self, k), self._why(k))
-        d['percentiles'] = {percentile_key(p): json_safe(v) for p, v in self.percentiles.items()}
-        if any(v is None for v in d['percentiles'].values()): d['percentiles_reason'] = self._why('percentiles')
-        _put(d, 'sparsity_ratio', self.sparsity_ratio, self._why('sparsity_ratio'))
-        if self.histogram is not None: d['histogram'] = self.histogram
-        elif 'histogram' in self.reasons: d.update(histogram=None, histogram_reason=self.reasons['histogram'])
-        d.update(count=self.count, nonfinite=self.nonfinite)
-        if self.errors: d['errors'] = {k: json_safe(v) for k, v in self.errors.items()}
-        d['estimated'] = list(self.estimated)
-        if self.percentiles:
-            d['percentiles_estimated'] = self.percentile_error != 0
-            _put(d, 'percentile_error', self.percentile_error, self._why('percentile_error'))
-            if self.percentile_bounds is not None:
-                d['percentile_bounds'] = {percentile_key(p): [json_safe(lo), json_safe(hi)] for p, (lo, hi) in self.percentile_bounds.items()}
-        return d
-
-    def _why(self, key):
-        "Why field `key` is None or not finite."
-        if key in self.reasons: return self.reasons[key]
-        if getattr(self, key) is None: return 'not collected'
-        if self.count == 0: return 'no finite values'
-        return 'overflow'
-
-@dataclass
-class ModuleStatistics:
-    "Run-wide statistics of one module: its (first) input and output tensors, all of them in `inputs`/`outputs`, its own parameters and their gradients in `params`/`param_grads` ({parameter name: `TensorStatistics`}), and per-channel statistics in `channels` ({'output', 'input', 'output[key]'...: {'dim', 'count', 'nonfinite', 'mean', 'std', 'min', 'max'}})."
-    name: str
-    input_stats: TensorStatistics|None = None
-    output_stats: TensorStatistics|None = None
-    total_samples: int = 0               # batch items seen (first dim of the output) on recorded calls
-    last_updated: str|None = None   # ISO time of the last recorded call
-    n_updates: int = 0                   # recorded calls
-    calls: int = 0                       # all calls, recorded or skipped (`every`)
-    inputs: dict = field(default_factory=dict)
-    outputs: dict = field(default_factory=dict)
-    params: dict = field(default_factory=dict)       # {'weight': TensorStatistics...}, with `collect_weights`
-    param_grads: dict = field(default_factory=dict)  # {'weight': TensorStatistics...} of their `.grad`, with `collect_param_grads`
-    channels: dict = field(default_factory=dict)     # {'output': {'dim', 'count', 'nonfinite', 'mean', 'std', 'min', 'max'} (lists, one per channel)..., 'param[weight]': ...}, with `per_channel`
-
-# %% ../nbs/10a_statistics.ipynb #e7dba73b
-def _put(d, key, v, reason):
-    "`d[key] = v` as strict JSON; when `v` is not a finite number, `d[key] = None` and `d[key + '_reason'] = reason`."
-    d[key] = json_safe(v)
-    if d[key] is None: d[f'{key}_reason'] = reason
-
-# %% ../nbs/10a_statistics.ipynb #c8205247
-_SAMPLING = ('sampled', 'weight', 'weight_sq')   # `Recorder.sampling`: sampled finite values K, their weight W, sum of weight^2 W2
-_BASE_BYTES = (len(FIELDS) + len(_SAMPLING)) * 8  # the folded moments row and the sampling record
-
-class _Channels:
-    "Exact run-wide statistics of each of the `n` channels (on dim `dim`) of a stream: one `Moments` row per channel, float64 on the stream's device, each batch's rows (`row_moments`) folded in by Chan's formula. No host sync."
-    def __init__(self, dim, n, device):
-        self.dim, self.n, self.total = dim, n, Moments.empty(n, device=device)
-    @property
-    def nbytes(self): return self.n * len(FIELDS) * 8
-    def record(self, t):
-        "Add tensor `t` (channels on `self.dim`; only read: the moved view is copied when it is not contiguous)."
-        a = t.detach().movedim(self.dim, 0)
-        m = row_moments(a.reshape(self.n, -1), zeros=False, ranges=False)
-        self.total = Moments.stack([self.total, m.to(self.total.t.device)]).fold(0)
-    def merge(self, other): self.total = Moments.stack([self.total, other.total.to(self.total.t.device)]).fold(0)
-    def to(self, device): self.total = self.total.to(device); return self
-
-def _channel_dim(t, d):
-    "`d` as a dim of `t` (negative dims counted from the end), or None when `t` has no such dim beside others."
-    if t.ndim < 2 or not -t.ndim <= d < t.ndim: return None
-    return d % t.ndim
-
-class _Stream(SketchRecorder):
-    "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
-    replays = True    # the buffer and channels take each tensor in `update`; what `record` keeps while the loops compile passes later, in order
-    @normal_tensors()
-    def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
-        super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
-        self.buf = None if not max_samples else torch.empty(max_samples, dtype=torch.float64)
-        self.filled = 0                                  # values in buf (host int: known from shapes)
-        self.complete = self.buf is not None             # buf holds every value seen
-        self.channels = None                             # a `_Channels` with `per_channel`
-        self.load_total(Moments.empty()).to(device)      # so that `total` lives on the stream's device from the start
-
-    @property
-    def nbytes(self):
-        "Bytes this stream holds: moments and sampling record, sketch counts (float64), exact buffer."
-        return _BASE_BYTES + (self.sketch.nbytes if self.sketch is not None else 0) + (self.buf.numel()*8 if self.buf is not None else 0) + \
-               (self.channels.nbytes if self.channels is not None else 0)
-
-    def drop_buffer(self):
-        "Release the exact buffer: percentiles come from the sketch from now on."
-        self.buf, self.complete = None, False
-
-    @normal_tensors()
-    def update(self, x):
-        "Add flat float tensor `x` (any shape; float): to the exact buffer while everything fits, and to the recorder. No host sync."
-        if x.device != self.device: self.to(x.device)
-        if self.buf is not None:
-            n = x.numel()
-            if self.filled + n <= self.buf.numel():
-                self.buf[self.filled:self.filled + n] = x.detach().reshape(-1)
-                self.filled += n
-            else: self.drop_buffer()
-        self.record(x)
-        if self.channels is not None: self.channels.record(x)
-
-    @normal_tensors()
-    def to(self, device):
-        "Move everything to `device`: the recorder's moments (`Recorder.to`), the sketch, the sampling record and the buffer."
-        self.flush()
-        super().to(device)
-        self.device = torch.device(device)
-        if self.sketch is not None: self.sketch.counts = self.sketch.counts.to(self.device)
-        if self.sampling is not None: self.sampling = self.sampling.to(self.device)
-        if self.buf is not None: self.buf = self.buf.to(self.device)
-        if self.channels is not None: self.channels.to(self.device)
-        return self
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
 class StatisticsCollector:
@@ -278,7 +130,7 @@ class StatisticsCollector:
 
     def _update(self, stream_key, t, sname, dim=None):
         "Add tensor `t` to the stream `stream_key` (made the first time, room allowing), and to its per-channel statistics (on dim `dim`, when not None)."
-        cd = None if dim is None else _channel_dim(t, dim)
+        cd = None if dim is None else channel_dim(t, dim)
         if dim is not None and cd is None: self._skip(f'{sname}.channels', f'shape {tuple(t.shape)} has no channel dim {dim} beside others')
         stream = self._stream(stream_key, t.device, sname, None if cd is None else (cd, t.shape[cd]))
         if stream is None: return
@@ -328,17 +180,16 @@ class StatisticsCollector:
 def _stream(self:StatisticsCollector, key, device, sname, channels=None):
     "The stream of statistic `key`, made on `device` the first time if the memory budget allows (else None); `channels`: `(dim, n)` of its per-channel statistics."
     if key not in self._streams and self._make_room(sname, 0 if channels is None else channels[1] * len(FIELDS) * 8):
-        s = _Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
+        s = Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
                     exact=self.config.exact, zeros=self.config.collect_sparsity)
-        if channels is not None: s.channels = _Channels(*channels, device)
+        if channels is not None: s.channels = ChannelStats(*channels, device)
         if self.config.max_memory_mb is not None: s.keep_ok = False   # copies kept while the loops compile would not count in the budget
         self._streams[key] = s
     return self._streams.get(key)
 
 @patch
 def _need(self:StatisticsCollector):
-    return _BASE_BYTES + (QuantileSketch.nbytes_at(self._level) if self._use_sketch else 0) + \
-           (8*self.config.max_samples if self._use_buffer else 0)
+    return Stream.budget(self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else 0)
 
 @patch
 def _make_room(self:StatisticsCollector, sname, extra=0):
@@ -371,112 +222,6 @@ def _degrade(self:StatisticsCollector, what):
         warnings.warn(f"StatisticsCollector: max_memory_mb={self.config.max_memory_mb} reached, {what}. "
                       "Moments already collected are kept; see `memory_log` for further steps.", ResourceWarning)
 
-# %% ../nbs/10a_statistics.ipynb #e446fae7
-def _exact_percentiles(vals, qs):
-    "numpy's percentiles of `vals`; where numpy's interpolation overflows (±1e308), the same interpolation as (1-f)*a + f*b."
-    with np.errstate(all='ignore'): res = np.percentile(vals, qs)
-    if np.isfinite(res).all(): return res.tolist()
-    srt, n = np.sort(vals), len(vals)
-    out = []
-    for q, v in zip(qs, res.tolist()):
-        if math.isfinite(v): out.append(v); continue
-        r = q / 100 * (n - 1); lo = math.floor(r); f = r - lo
-        out.append(float((1 - f) * srt[lo] + f * srt[min(lo + 1, n - 1)]) if f else float(srt[lo]))
-    return out
-
-def _rank_bound(sampling, n, q):
-    "How far (3 standard errors) the weighted rank of percentile `q` among the sampled values may be from its true rank, as a fraction of the `n` finite values; 0 when nothing was sampled. `sampling`: `[K, W, W2]` of `Recorder.sampling` (host floats) or None."
-    if sampling is None or not n: return 0.
-    K, W, W2 = sampling
-    if not K or not W2: return 0.
-    keff, p = W * W / W2, q / 100                 # the effective sample size of the weighted sample
-    return 3 * math.sqrt(max(p * (1 - p), 1 / keff) / keff) * (W / n)
-
-def _sketch_percentiles(sk, qs, sampling, n, vmin, vmax, counts):
-    "`(details, bounds)`: percentiles `qs` from sketch `sk`, and intervals holding the true ones: the sketch's own, widened by the sampling's rank bound."
-    det = sk.quantile_details(qs, vmin, vmax, counts=counts)
-    bounds = []
-    for q, (lo, hi) in zip(qs, det['bounds']):
-        e = 100 * _rank_bound(sampling, n, q)
-        if e:
-            lo = sk.quantile_details([max(0., q - e)], vmin, vmax, counts=counts)['bounds'][0][0]
-            hi = sk.quantile_details([min(100., q + e)], vmin, vmax, counts=counts)['bounds'][0][1]
-        bounds.append((lo, hi))
-    return det, bounds
-
-def _relative_error(v, lo, hi):
-    "The largest relative distance from `v` to the ends of `[lo, hi]` (0 for a point, inf when `v` is 0 and the interval is not)."
-    d = max(v - lo, hi - v)
-    return 0. if d == 0 else (d / abs(v) if v else math.inf)
-
-def _rescale(counts, n):
-    "`counts` (floats, e.g. weighted sketch counts) as ints summing to `n` (largest remainders get the rounding)."
-    c = np.asarray(counts, dtype=np.float64)
-    if not c.sum(): return [0] * len(c)
-    x = c * (n / c.sum())
-    res = np.floor(x).astype(np.int64)
-    order = np.argsort(res - x, kind='stable')     # largest remainders first
-    k = n - int(res.sum())
-    if k > 0: res[order[:k]] += 1
-    elif k < 0: res[[i for i in order[::-1] if res[i] > 0][:-k]] -= 1   # float rounding overshot: take back the smallest remainders
-    return res.tolist()
-
-# %% ../nbs/10a_statistics.ipynb #37197aa6
-_DROPPED = 'the sketch was dropped to respect max_memory_mb'
-
-@patch
-def _read_stream(self:StatisticsCollector, s):
-    cfg = self.config
-    s.flush()
-    d = s.total.to_dict()                                     # exact: every value was counted
-    n, none = d['count'], 'no finite values'
-    res = TensorStatistics(count=n, nonfinite=d['nonfinite'])
-    why, est = res.reasons, res.estimated
-    sampling = to_host(s.sampling).tolist() if s.sampling is not None and s.sketch is not None else None
-    sampled = bool(n and sampling and sampling[0])             # the sketch holds samples standing for other values
-    if cfg.collect_mean: res.mean = d['mean']
-    if cfg.collect_std:
-        res.std = d['std']
-        if n == 1: why['std'] = 'needs at least 2 finite values'
-        elif n > 1 and not math.isfinite(res.std): why['std'] = 'overflow'
-    if cfg.collect_min_max: res.min, res.max = d['min'], d['max']
-    if cfg.collect_sparsity: res.sparsity_ratio = d['zeros'] / n if n else math.nan
-    if n: res.errors = {k: 0. for k in ('mean', 'std', 'sparsity_ratio') if getattr(res, k) is not None and k not in why}   # exact
-    counts = to_host(s.sketch.counts, numpy=True) if s.sketch is not None else None
-    if cfg.collect_percentiles:
-        qs = cfg.collect_percentiles
-        if s.complete and s.buf is not None:
-            vals = to_host(s.buf[:s.filled], numpy=True)
-            vals = vals[np.isfinite(vals)]
-            res.percentiles = dict(zip(qs, _exact_percentiles(vals, qs) if len(vals) else [math.nan]*len(qs)))
-            res.percentile_error = 0.
-        elif counts is not None:
-            det, bounds = _sketch_percentiles(s.sketch, qs, sampling, n, d['min'] if n else None, d['max'] if n else None, counts)
-            res.percentiles = dict(zip(qs, det['values']))
-            res.percentile_bounds = dict(zip(qs, bounds)) if n else None
-            if sampled: est.append('percentiles')
-            if det['beyond_range']:
-                lo, hi = s.sketch.exact_range
-                res.percentile_error = math.inf
-                why['percentile_error'] = f'values beyond the sketch range ({lo:.2g} <= |x| <= {hi:.2g}): only percentile_bounds hold'
-            elif sampled: res.percentile_error = max(_relative_error(v, lo, hi) for v, (lo, hi) in zip(det['values'], bounds))
-            else: res.percentile_error = s.sketch.alpha
-            if res.percentile_error == math.inf and 'percentile_error' not in why:
-                why['percentile_error'] = 'an estimate is 0 and its interval is not: no relative bound, only percentile_bounds hold'
-        else: why['percentiles'] = _DROPPED
-        if n == 0 and res.percentile_error: res.percentile_error, why['percentile_error'] = math.nan, none
-    if cfg.collect_histogram:
-        if counts is not None and n:
-            h = s.sketch.histogram(cfg.histogram_bins, d['min'], d['max'], counts=counts)
-            total = float(counts.sum())
-            h['counts'] = _rescale(h['counts'], n)            # weighted counts, scaled to the exact total
-            h['beyond_range'] = round(h['beyond_range'] * n / total) if total else 0
-            h['sampling_error'] = _rank_bound(sampling, n, 50) if sampled else 0.   # on any cumulative count, as a fraction of `count`
-            res.histogram = h
-            if sampled: est.append('histogram')
-        else: why['histogram'] = none if counts is not None else _DROPPED
-    return res
-
 # %% ../nbs/10a_statistics.ipynb #32a6fe6d
 @patch
 def get_statistics(self:StatisticsCollector, name):
@@ -485,7 +230,7 @@ def get_statistics(self:StatisticsCollector, name):
     res = ModuleStatistics(name, **{k: v for k, v in self._modules[name].items() if k != 'train_calls'})
     for (nm, kind, key), s in self._streams.items():
         if nm != name: continue
-        getattr(res, kind + 's')[key] = self._read_stream(s)
+        getattr(res, kind + 's')[key] = s.read(self.config)
         if s.channels is not None: res.channels[kind + ('' if key == '0' else f'[{key}]')] = self._read_channels(s.channels)
     res.input_stats = next(iter(res.inputs.values()), None)
     res.output_stats = next(iter(res.outputs.values()), None)
@@ -694,20 +439,6 @@ class ActivationStatisticsHook(StatisticsCollector):
         return hooks
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
-def _merge_streams(a, b, max_samples):
-    "Merge stream `b` into `a` (both `_Stream`): moments folded, sketches and sampling records added, exact buffers joined while they fit."
-    if a.sketch is None or b.sketch is None: a.drop_sketch(); b.drop_sketch()   # percentiles of part of the data would be wrong
-    if b.device != a.device: b.to(a.device)
-    a.merge(b)
-    ca, cb = a.channels, b.channels
-    if ca is not None and cb is not None and (ca.dim, ca.n) == (cb.dim, cb.n): ca.merge(cb)
-    else: a.channels = None           # one side dropped them (its `skipped` says why): per-channel statistics of part of the data would be wrong
-    if a.complete and b.complete and a.filled + b.filled <= (max_samples or 0):
-        buf = torch.empty(max_samples, dtype=torch.float64, device=a.device)
-        buf[:a.filled] = a.buf[:a.filled]; buf[a.filled:a.filled + b.filled] = b.buf[:b.filled]
-        a.buf, a.filled = buf, a.filled + b.filled
-    else: a.drop_buffer()
-
 def _check_same_config(a, b, what):
     "Raise a ValueError naming the differing fields unless configs `a` and `b` are equal (so nothing would be dropped)."
     a, b = asdict(a), asdict(b)
@@ -743,7 +474,7 @@ def merge(self:StatisticsCollector, other):
         if mine is None:
             self._streams[key] = s
             if not self._use_buffer: s.drop_buffer()
-        else: _merge_streams(mine, s, self.config.max_samples)
+        else: mine.merge(s, self.config.max_samples)
     self.skipped.update(other.skipped)
     self.memory_log += [e for e in other.memory_log if e not in self.memory_log]
     self.call_count += other.call_count
@@ -752,78 +483,17 @@ def merge(self:StatisticsCollector, other):
 # %% ../nbs/10a_statistics.ipynb #57091e7f
 _STATE_VERSION = 3
 
-def _hex(v): return float(v).hex()
-def _unhex(d, keys, what):
-    "The float64 values of `d[k]` (hex strings) for `keys`, or a ValueError naming the keys that are missing or unknown."
-    if set(d) != set(keys): raise ValueError(f"load_state_dict: {what} has fields {sorted(d)}, expected {list(keys)}")
-    return [float.fromhex(d[k]) for k in keys]
-
-def _stream_state(s):
-    "The state of stream `s`: moments by field name as hex floats, the sketch's non-zero buckets, the sampling record, the exact values."
-    s.flush()
-    d = dict(batches=s.n_batches, moments=dict(zip(FIELDS, map(_hex, to_host(s.total.t).tolist()))))
-    if s.sketch is not None:
-        c = to_host(s.sketch.counts)
-        nz = torch.nonzero(c > 0).flatten()     # weighted counts may leave a bucket at -1e-15 or so: nothing there
-        d['sketch'] = dict(level=s.sketch.level, index=nz.tolist(), count=c[nz].tolist())
-        if s.sampling is not None: d['sampling'] = dict(zip(_SAMPLING, map(_hex, to_host(s.sampling).tolist())))
-    if s.complete and s.buf is not None: d['values'] = [_hex(v) for v in to_host(s.buf[:s.filled]).tolist()]
-    if s.channels is not None:
-        t = to_host(s.channels.total.t)
-        d['channels'] = dict(dim=s.channels.dim, moments={k: [_hex(v) for v in t[:, i].tolist()] for i, k in enumerate(FIELDS)})
-    return d
-
 @patch
 def state_dict(self:StatisticsCollector):
     "Everything collected, as a JSON-serialisable dict (exact: moments by field name as hex floats, sketch counts as floats)."
     return dict(version=_STATE_VERSION, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
                 use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
                 skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()},
-                streams=[dict(name=name, kind=kind, key=key, **_stream_state(s)) for (name, kind, key), s in self._streams.items()])
-
-def _counts(where, vals):
-    "`vals` if every one is a finite number >= 0, else a ValueError naming field `where`."
-    bad = [v for v in vals if not (_is_number(v) and math.isfinite(v) and v >= 0)]
-    if bad: raise ValueError(f"load_state_dict: {where} must hold finite counts >= 0, got {bad[:3]}")
-    return vals
+                streams=[dict(name=name, kind=kind, key=key, **s.state()) for (name, kind, key), s in self._streams.items()])
 
 def _config(d):
     "The `StatisticsConfig` of a saved `config` (a state saved when `update_frequency` was a second field holds it too, equal to `every`)."
     return StatisticsConfig(**{k: v for k, v in d.items() if not (k == 'update_frequency' and 'every' in d)})
-
-def _load_stream(d, i, where, cfg, use_buffer, device):
-    "The `_Stream` saved as `d`, the `i`-th of the state's streams; `where[0]` names the field being read, for the error."
-    def at(name): where[0] = f'streams[{i}].{name}'; return name
-    where[0] = f'streams[{i}]'
-    vals = d.get('values') if use_buffer else None
-    s = _Stream(device, None, cfg.max_samples if vals is not None else None, exact=cfg.exact, zeros=cfg.collect_sparsity)
-    moments = _unhex(d[at('moments')], FIELDS, 'moments')
-    _counts(where[0] + ' (count, nan, posinf, neginf)', [moments[FIELDS.index(k)] for k in ('count', 'nan', 'posinf', 'neginf')])
-    batches = d[at('batches')]
-    s.load_total(Moments(torch.tensor(moments, dtype=torch.float64, device=device)), int(_counts(where[0], [batches])[0]))
-    if (sk := d.get(at('sketch'))) is not None:
-        s.sketch, s.level = QuantileSketch(device, sk['level']), sk['level']
-        idx, cnt, n = list(sk['index']), _counts(where[0] + '.count', list(sk['count'])), s.sketch.counts.numel()
-        if len(idx) != len(cnt) or not all(isinstance(j, int) and 0 <= j < n for j in idx):
-            raise ValueError(f"load_state_dict: {where[0]}.index must hold one bucket in [0, {n}) per count")
-        s.sketch.counts[torch.tensor(idx, dtype=torch.long, device=device)] = torch.tensor(cnt, dtype=torch.float64, device=device)
-        if 'sampling' in d:
-            sampling = _unhex(d[at('sampling')], _SAMPLING, 'sampling')
-            s.sampling = torch.tensor(_counts(where[0], sampling), dtype=torch.float64, device=device)
-    if vals is not None:
-        s.buf[:len(vals)] = torch.tensor([float.fromhex(v) for v in d[at('values')]], dtype=torch.float64)
-        s.filled = len(vals)
-    if (ch := d.get(at('channels'))) is not None:
-        mo = ch['moments']
-        if set(mo) != set(FIELDS) or len({len(mo[k]) for k in FIELDS}) != 1:
-            raise ValueError(f"load_state_dict: {where[0]}.moments must hold the fields {list(FIELDS)}, one list each, all as long")
-        rows = torch.tensor([[float.fromhex(v) for v in mo[k]] for k in FIELDS], dtype=torch.float64).t().contiguous()
-        _counts(where[0] + ' (count, nan, posinf, neginf)', rows[:, :4].flatten().tolist())
-        dim = ch['dim']
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0: raise ValueError(f"load_state_dict: {where[0]}.dim must be an int >= 0, got {dim!r}")
-        s.channels = _Channels(dim, len(rows), device)
-        s.channels.total = Moments(rows.to(device))
-    return s
 
 def _load_state(self, sd, device, where):
     "`load_state_dict`'s work; `where[0]` names the field being read, for the error."
@@ -831,11 +501,11 @@ def _load_state(self, sd, device, where):
     self.config = _config(sd[at('config')])
     self.reset()
     self._level, self._use_sketch, self._use_buffer = sd[at('level')], sd['use_sketch'], sd['use_buffer']
-    self.call_count = _counts('call_count', [sd[at('call_count')]])[0]
+    self.call_count = check_counts('call_count', [sd[at('call_count')]])[0]
     self.memory_log, self.skipped = list(sd[at('memory_log')]), dict(sd['skipped'])
     self._modules = {k: {'train_calls': v['calls'], **v} for k, v in sd[at('modules')].items()}   # a state saved before `train_calls`: all calls
     for i, d in enumerate(sd['streams']):
-        s = _load_stream(d, i, where, self.config, self._use_buffer, device)
+        s = Stream.from_state(d, i, where, self.config, self._use_buffer, device)
         where[0] = f'streams[{i}].name'
         self._streams[(d['name'], d['kind'], d['key'])] = s
 
@@ -879,7 +549,7 @@ def load(cls:StatisticsCollector, path, device='cpu'):
 # %% ../nbs/10a_statistics.ipynb #8bdcf585
 @patch
 def all_reduce(self:StatisticsCollector, group=None):
-    "Combine the statistics of every rank of `group` (torch.distributed): every rank's state, gathered and merged in rank order; afterwards all ranks hold the same global result."
+    "Merge the statistics of every rank of `group` (torch.distributed): every rank's state, gathered and merged in rank order; afterwards all ranks hold the same global result."
     if not (dist.is_available() and dist.is_initialized()): raise RuntimeError("all_reduce needs an initialised torch.distributed process group")
     states = [None] * dist.get_world_size(group)
     dist.all_gather_object(states, self.state_dict(), group=group)

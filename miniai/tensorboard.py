@@ -6,10 +6,10 @@ Docs: https://miniai.github.io/miniai/tensorboard.html.md"""
 
 # %% ../nbs/11a_tensorboard.ipynb #ff27ce60
 from __future__ import annotations
-import numbers, torch
+import torch
 from fastcore.basics import patch
 from pathlib import Path
-from .core import rank, world_size
+from .core import rank, world_size, check_arg
 from .learner import Callback
 from .activations import ActivationStats
 from .statistics import StatisticsCollector, percentile_key
@@ -40,8 +40,8 @@ class TensorBoardCB(Callback):
             raise TypeError("TensorBoardCB: astats must be an ActivationStats (per-batch statistics), a StatisticsCB or a StatisticsCollector "
                             f"(run-wide statistics), got {type(astats).__name__}")
         if not isinstance(prefix, str) or not prefix: raise ValueError(f'TensorBoardCB: prefix must be a non-empty str, got {prefix!r}')
-        if start_step is not None and (isinstance(start_step, bool) or not isinstance(start_step, numbers.Integral) or start_step < 0):
-            raise ValueError(f'TensorBoardCB: start_step must be an int >= 0 (None: after the last step in log_dir), got {start_step!r}')
+        check_arg(start_step, 'start_step', 'TensorBoardCB', lo=0, none='after the last step in log_dir',
+                  fmt='{prefix}{name} must be an int >= 0 (None: after the last step in log_dir), got {value!r}')
         self.log_dir, self.astats, self.prefix, self.writer = str(log_dir), astats, prefix, None
         self.next_step = start_step   # the step of the next training batch: found in log_dir when the file opens, when None
         self.next_valid_step = None if start_step is None else 0
