@@ -1,4 +1,4 @@
-"""Issue #31: `ActivationStats` saved (`save_stats`), loaded (`load_stats`) and compared between two runs (`compare_stats`,
+"""`ActivationStats` saved (`save_stats`), loaded (`load_stats`) and compared between two runs (`compare_stats`,
 `plot_compare`), with real tiny models: a loaded run gives the original's numbers bit for bit, a bad folder is refused
 with a clear error, and two runs that differ in one layer or from one batch show exactly that."""
 import json, math, os, shutil

@@ -169,7 +169,7 @@ def test_a_failing_rank_fails_the_run(tmp_path):
     assert 'rank 1 fails on purpose' in res.stderr, res.stderr[-3000:]
     assert not (out/'summary.json').exists()
 
-# --- a usage error leaves no folder behind (issue 27) ---
+# --- a usage error leaves no folder behind ---
 NO_FOLDER = [
     (['--tensorboard', '/proc/miniai-tb'], ['--tensorboard', 'cannot write files in']),
     (['--tensorboard', 'tb.txt'], ['--tensorboard', 'is a file, not a folder']),

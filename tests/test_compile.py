@@ -1,4 +1,4 @@
-"""A torch.compile'd model (issue #31): hooks attached after compiling record, each hook call one opaque `miniai::hook` op in the
+"""A torch.compile'd model: hooks attached after compiling record, each hook call one opaque `miniai::hook` op in the
 compiled graph (no graph break), the numbers the very ones of the eager model; on exit the code compiled before comes back
 (no recompile, nothing hooked). What compiled code cannot do is refused when attaching, saying what to do: a model compiled
 in place (`nn.Module.compile`) and `grads=True`. Tiny models and dynamo's 'eager' / 'aot_eager' backends (no C++ compiler)."""

@@ -1,4 +1,4 @@
-"""The source documents' examples, run as they are written (only their import lines point at miniai).
+"""The examples of the APIs miniai implements (the course's, the statistics hook's, the saving hook's, the debuggers'), run as they are written (only their import lines point at miniai).
 
 The debuggers' document: each example debugger is defined here exactly as the document writes it, on top of miniai's
 `ForwardDebugger`/`BaseDebugger`; each test runs it and checks the fields and types the document shows, and that

@@ -1,4 +1,4 @@
-"""Practitioners' models (issue #31, part): layers picked by glob pattern and by predicates that take the name; hooked layers
+"""Practitioners' models: layers picked by glob pattern and by predicates that take the name; hooked layers
 that recorded nothing reported when the recording ends (`NothingRecordedWarning`); a model compiled in place refused at
 attach / before fit instead of recording zeros; `format_diagnosis` aligned for long layer names; each forward recorded once
 under gradient checkpointing (gradients of checkpointed layers in both `use_reentrant` modes); a module called several times

@@ -1,4 +1,4 @@
-"""Run-wide statistics under torch's modes and beside the user's own tools (#27).
+"""Run-wide statistics under torch's modes and beside the user's own tools.
 
 - A statistics state first fed inside `torch.inference_mode()` (a calibration pass) or `no_grad` keeps recording outside it,
   with the very numbers of a state fed outside, on both kernel paths (the compiled CPU loops and the torch ops every GPU runs).
@@ -69,7 +69,7 @@ def test_a_collector_first_fed_in_inference_mode_keeps_recording(mode, cfg, fuse
     _in_fresh_thread(run)
 
 def test_a_hooked_calibration_pass_in_inference_mode_then_training(fused):
-    "The issue's case: `ActivationStatisticsHook` attached, a calibration forward under inference_mode, then training steps."
+    "A calibration as users write it: `ActivationStatisticsHook` attached, a calibration forward under inference_mode, then training steps."
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4*12*12, 3))
     xb, yb = torch.randn(16, 1, 12, 12), torch.randint(0, 3, (16,))

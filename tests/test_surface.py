@@ -1,4 +1,4 @@
-"""#29's structural rules, read from the package itself: a lean public surface (the `__all__` lists, each name counted
+"""The house's structural rules, read from the package itself: a lean public surface (the `__all__` lists, each name counted
 once), one home per name (re-exported only where the course's own module re-exports it), and no module importing
 another module's `_private` name."""
 import ast, importlib, pkgutil, pathlib

@@ -1,4 +1,4 @@
-"""Keyword inputs (issue #31): a forward hook sees a forward's keyword tensors only when asked (`with_kwargs=True`, or a list
+"""Keyword inputs: a forward hook sees a forward's keyword tensors only when asked (`with_kwargs=True`, or a list
 of names), as further input streams named by their keyword; without it the hooks see the positional inputs alone, as before,
 so an additive attention mask (-inf) is never read as an activation unless the user names it. Tiny modules, no compile."""
 import warnings
