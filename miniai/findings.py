@@ -6,11 +6,11 @@ Docs: https://miniai.github.io/miniai/findings.html.md"""
 
 # %% ../nbs/09e_findings.ipynb #0396ad56
 from __future__ import annotations
-import math
+import math, re, collections
 from dataclasses import dataclass, replace
 
 # %% auto #0
-__all__ = ['THRESHOLDS', 'Thresholds', 'judge']
+__all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'bounds_of', 'peer_key', 'verdict']
 
 # %% ../nbs/09e_findings.ipynb #c06762c0
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class Thresholds:
     clipped: float|None = None           # run-wide: the `clipped`-th percentile (0..100) equals the max
     vanishing_ratio: float|None = 0.1    # relative (a layer judged at its own scale): std below this fraction of its peak std
     exploding_ratio: float|None = 100.   # relative: std above this many times its first batch's std
+    peers: float|None = 10.              # the verdict: a std this many times above (or below) its peers'
+    below_zero: float|None = 3.          # the verdict: a mean this many stds below 0 (a ReLU after it cannot fire)
+    at_bounds: float|None = 0.8          # the verdict: a bounded activation's variance above this fraction of the most its bounds allow
+    overflow: float|None = 0.05          # a note: the fraction of |x| beyond the histogram's range (`hi`)
 
     def __post_init__(self):
         for name in ('sat_low', 'sat_high'):
@@ -49,7 +53,8 @@ class Thresholds:
         lo, hi = self.vanishing_ratio, self.exploding_ratio
         if lo is not None and hi is not None and lo >= hi:
             raise ValueError(f"Thresholds: `vanishing_ratio` ({lo!r}) must be below `exploding_ratio` ({hi!r})")
-        for name in ('dead', 'sparse', 'saturated'):
+        if self.peers is not None and self.peers <= 1: raise ValueError(f"Thresholds: `peers` is a ratio of stds, above 1 (None: no check), got {self.peers!r}")
+        for name in ('dead', 'sparse', 'saturated', 'at_bounds', 'overflow'):
             v = getattr(self, name)
             if v is not None and v > 1: raise ValueError(f"Thresholds: `{name}` is a fraction, at most 1, got {v!r}")
         if self.clipped is not None and self.clipped > 100: raise ValueError(f"Thresholds: `clipped` is a percentile, at most 100, got {self.clipped!r}")
@@ -80,12 +85,23 @@ _SENTENCES = {
     'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
     'skipped': "{layer}: output {output} was skipped: {value}",
-    'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled"}
+    'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled",
+    'overflow': "{layer}: {value:.1%} of its values are beyond the histogram's range (|x| >= {hi:g}): the picture is clipped, not the layer; hi='auto' picks the range from the data"}
 
 # a std judged against the layer's own scale (`judge`'s `peak_std`, `first_std`): the sentence names the reference
 _RELATIVE = {
     'vanishing': "{layer} is vanishing: its std {value:.3g} is below {ratio:g} x its peak std {reference:.3g}",
     'exploding': "{layer} is exploding: its std {value:.3g} is above {ratio:g} x its first batch's std {reference:.3g}"}
+
+# the verdict (`verdict`): each finding names its evidence, and says what to try
+_EVIDENCE = {
+    ('exploding', 'peers'): "{layer} is exploding: its std {value:.3g} is {ratio:.0f}x its {peers} peers' ({reference:.3g}): {advice}",
+    ('vanishing', 'peers'): "{layer} is vanishing: its std {value:.3g} is 1/{ratio:.0f} of its {peers} peers' ({reference:.3g}): {advice}",
+    ('exploding', 'history'): "{layer} is exploding: its std grew {ratio:.0f}x over the run, from {reference:.3g} to {value:.3g}: {advice}",
+    ('vanishing', 'history'): "{layer} collapsed: its std {value:.3g} is 1/{ratio:.0f} of its peak {reference:.3g} (batch {peak_batch}): {advice}",
+    ('dead', 'zeros'): "{layer} is dead: {value:.1%} of its values are exactly 0: {advice}",
+    ('dead', 'below zero'): "{layer} is dead behind a ReLU: its mean {mean:.3g} is {value:.1f} stds below 0, so at most {positive:.1%} of its values are positive: {advice}",
+    ('saturated', 'bounds'): "{layer} saturates: its values pile at its bounds [{low:g}, {high:g}] (variance {var:.3g}, {value:.0%} of the most they allow at mean {mean:.3g}): {advice}"}
 
 
 # %% ../nbs/09e_findings.ipynb #af82ed75
@@ -98,8 +114,11 @@ def format_finding(f):
     "The sentence for finding `f`."
     total, value = f.get('total'), f['value']
     finite = total - value if isinstance(total, int) and isinstance(value, int) else None
-    text = _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']]
-    return text.format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    text = _EVIDENCE.get((f['issue'], f.get('evidence'))) or (
+           _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']])
+    text = text.format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    if f.get('downstream') is not None: return f"{text.split(': ')[0]}: downstream of {f['downstream']}, whose trouble comes first: look at {f['downstream']} first ({text})"
+    return text if f.get('evidence') or not f.get('advice') else f"{text}: {f['advice']}"
 
 # %% ../nbs/09e_findings.ipynb #70586877
 def _known(v): return v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -140,3 +159,108 @@ def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, 
         limit = getattr(t, field)
         if _known(v) and limit is not None and v > limit: res.append(finding(layer, issue, v, limit, field))
     return res
+
+# %% ../nbs/09e_findings.ipynb #46168139
+_BOUNDED = {'Tanh': (-1., 1.), 'Sigmoid': (0., 1.), 'Hardsigmoid': (0., 1.), 'Softsign': (-1., 1.)}   # and Hardtanh, ReLU6: their own
+
+def bounds_of(module):
+    "The bounds `(low, high)` of a bounded activation module (tanh, sigmoid, hardtanh, ReLU6...), else None."
+    lo, hi = getattr(module, 'min_val', None), getattr(module, 'max_val', None)    # Hardtanh and ReLU6
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi: return float(lo), float(hi)
+    return _BOUNDED.get(type(module).__name__)
+
+def peer_key(name):
+    "The role of layer `name` among its peers: its name with every run of digits as `*` (`h.3.attn.c_proj` -> `h.*.attn.c_proj`)."
+    return re.sub(r'\d+', '*', name)
+
+
+# %% ../nbs/09e_findings.ipynb #f85bc9c5
+def _mid(vs, upper):
+    "The middle of the numbers `vs` (their upper or lower middle when there are two)."
+    s = sorted(vs)
+    return s[len(s) // 2] if upper else s[(len(s) - 1) // 2]
+
+def _peers(layers, minimum=3):
+    "For each layer of `layers` (evidence dicts in forward order), the names of its peers: the layers of its kind and role (`peer_key`), else of its kind, when there are at least `minimum` with itself."
+    by_role, by_kind = collections.defaultdict(list), collections.defaultdict(list)
+    for l in layers:
+        if not _known(l['std']): continue
+        by_role[(l.get('kind'), peer_key(l['layer']))].append(l['layer'])
+        by_kind[l.get('kind')].append(l['layer'])
+    res = {}
+    for l in layers:
+        role = by_role.get((l.get('kind'), peer_key(l['layer'])), [])
+        group = role if len(role) >= minimum else by_kind.get(l.get('kind'), [])
+        res[l['layer']] = [n for n in group if n != l['layer']] if len(group) >= minimum else []
+    return res
+
+def _evidence(layer, issue, value, threshold, measure, advice, **more):
+    return finding(layer, issue, value, threshold, measure, evidence=measure, advice=advice, **more)
+
+_ADVICE = dict(init="check the init of this layer (the scale of its weights)",
+               lr="lower the learning rate (or clip the gradients)",
+               collapse="lower the learning rate, or normalise (BatchNorm, LayerNorm) and init for the activation (Kaiming)",
+               bias="check the bias and init of this layer, or lower the learning rate",
+               bounds="scale down what feeds it (init, a normalisation before it)",
+               nonfinite="look at this layer at that batch: a log or division of 0, a learning rate too high, fp16 overflow")
+
+def verdict(layers, thresholds=THRESHOLDS):
+    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `first_std`, `peak_std`, `peak_batch`, `zeros`, `bounds`, `var`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`); returns {layer: findings}, the causes' findings, each finding of a layer whose trouble follows an earlier layer's marked `downstream` (that layer)."
+    t = thresholds
+    found = {l['layer']: [] for l in layers}
+    notes = {l['layer']: [] for l in layers}
+    by_name = {l['layer']: l for l in layers}
+    peers = _peers(layers)
+    first_std_of = {l['layer']: l.get('first_std') for l in layers}
+    for l in layers:
+        name, std, res = l['layer'], l['std'], found[l['layer']]
+        res += judge(name, nonfinite=l.get('nonfinite', 0), total=l.get('total'), thresholds=t)
+        if res and res[0]['issue'] == 'no finite values': continue
+        for f in res: f['advice'] = _ADVICE['nonfinite']
+        # among its peers: a std far above or below theirs
+        others = [by_name[p]['std'] for p in peers[name] if _known(by_name[p]['std']) and by_name[p]['std'] > 0]
+        if t.peers is not None and _known(std) and len(others) >= 2:
+            hi_ref, lo_ref = _mid(others, True), _mid(others, False)
+            if std > t.peers * hi_ref:
+                res.append(_evidence(name, 'exploding', std, t.peers * hi_ref, 'peers', _ADVICE['init'], reference=hi_ref, ratio=std / hi_ref, peers=len(others)))
+            elif 0 < std < lo_ref / t.peers:
+                res.append(_evidence(name, 'vanishing', std, lo_ref / t.peers, 'peers', _ADVICE['init'], reference=lo_ref, ratio=lo_ref / std, peers=len(others)))
+        # its own history: a collapse from its peak, a growth from where it (and its peers) started
+        issues = {f['issue'] for f in res}
+        peak, first = l.get('peak_std'), l.get('first_std')
+        if t.vanishing_ratio is not None and 'vanishing' not in issues and _known(std) and _known(peak) and peak > 0 and std < t.vanishing_ratio * peak:
+            res.append(_evidence(name, 'vanishing', std, t.vanishing_ratio * peak, 'history', _ADVICE['collapse'], reference=peak, ratio=peak / max(std, 1e-300), peak_batch=l.get('peak_batch')))
+        start = _mid([v for v in [first] + [first_std_of[p] for p in peers[name]] if _known(v)], False) if peers[name] else first
+        if t.exploding_ratio is not None and 'exploding' not in issues and _known(std) and _known(start) and start > 0 and _known(first) and first > 0 \
+           and std > t.exploding_ratio * start:
+            res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
+        # exact zeros, a ReLU after it that cannot fire, values at the bounds of a bounded activation
+        z, mean = l.get('zeros'), l.get('mean')
+        if t.dead is not None and _known(z) and z > t.dead:
+            res.append(_evidence(name, 'dead', z, t.dead, 'zeros', _ADVICE['bias']))
+        elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
+            res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
+                                 positive=std**2 / (std**2 + mean**2)))
+        b, var = l.get('bounds'), l.get('var')
+        if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
+            room = (b[1] - mean) * (mean - b[0])
+            if room > 0 and var / room > t.at_bounds:
+                res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+        o = l.get('overflow')
+        if t.overflow is not None and _known(o) and o > t.overflow:
+            notes[name].append(finding(name, 'overflow', o, t.overflow, 'overflow', hi=l.get('hi')))
+    # a consequence downstream: the first layer in trouble is the cause, the later ones its consequences
+    bad = [l for l in layers if found[l['layer']]]
+    nan_first = min((l for l in bad if l.get('first_bad') is not None), key=lambda l: l['first_bad'], default=None)
+    cause = None
+    for l in bad:
+        name = l['layer']
+        if nan_first is not None and l.get('first_bad') is not None and name != nan_first['layer']: up = nan_first['layer']
+        elif cause is not None and cause != name: up = cause
+        else: up = None
+        if up is None:
+            cause = cause or name
+            continue
+        for f in found[name]: f['downstream'] = up
+    return found, notes
+
