@@ -445,7 +445,9 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
     kinds = getattr(self, 'kinds', {})     # statistics loaded from a folder have none: peers by name only
     if firsts: _judge_rows(firsts, {**kinds, **{n: kinds.get(n, (None, None)) for n in self.names}}, th)
     for row in rows: row['flags'] = list(dict.fromkeys(_flag(f) for f in row['findings'] if f.get('downstream') is None))
-    first = min((f for r in rows for f in r['findings'] if f.get('batch') is not None), key=lambda f: f['batch'], default=None)
+    order = {n: i for i, n in enumerate(kinds)}       # the first NaN/Inf: the earliest batch, then the first layer the forward reached
+    first = min(((f['batch'], order.get(r['layer'].split('[')[0], len(order)), i, f) for i, r in enumerate(rows) for f in r['findings']
+                 if f.get('batch') is not None), key=lambda x: x[:3], default=(None,) * 4)[-1]
     if first is not None: first['first'] = True     # the first NaN/Inf of the run: the earliest batch, the first layer in it
     return rows
 

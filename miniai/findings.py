@@ -181,7 +181,7 @@ def _mid(vs, upper):
     return s[len(s) // 2] if upper else s[(len(s) - 1) // 2]
 
 def _peers(layers, minimum=3):
-    "For each layer of `layers` (evidence dicts in forward order), the names of its peers: the layers of its kind and role (`peer_key`), else of its kind, when there are at least `minimum` with itself."
+    "For each layer of `layers` (evidence dicts), the names of its peers: the layers of its kind and role (`peer_key`), else of its kind, when there are at least `minimum` with itself."
     by_role, by_kind = collections.defaultdict(list), collections.defaultdict(list)
     for l in layers:
         if not _known(l['std']): continue
@@ -201,55 +201,60 @@ _ADVICE = dict(init="check the init of this layer (the scale of its weights)",
                lr="lower the learning rate (or clip the gradients)",
                collapse="lower the learning rate, or normalise (BatchNorm, LayerNorm) and init for the activation (Kaiming)",
                bias="check the bias and init of this layer, or lower the learning rate",
-               bounds="scale down what feeds it (init, a normalisation before it)",
-               nonfinite="look at this layer at that batch: a log or division of 0, a learning rate too high, fp16 overflow")
+               bounds="scale down what feeds it (its init, a normalisation before it)",
+               nonfinite="look at this layer at that batch: a log or a division of 0, a learning rate too high, an fp16 overflow")
+
+def _own(l, t, peers_first):
+    "The findings of evidence dict `l` from its own numbers: NaN/Inf, its history (`peers_first`: its peers' first stds), exact zeros, a mean far below 0, values at its bounds."
+    name, std, mean = l['layer'], l['std'], l.get('mean')
+    res = judge(name, nonfinite=l.get('nonfinite', 0), total=l.get('total'), thresholds=t)
+    for f in res: f['advice'] = _ADVICE['nonfinite']
+    if res and res[0]['issue'] == 'no finite values': return res
+    peak, first = l.get('peak_std'), l.get('first_std')
+    if t.vanishing_ratio is not None and _known(std) and _known(peak) and peak > 0 and std < t.vanishing_ratio * peak:
+        res.append(_evidence(name, 'vanishing', std, t.vanishing_ratio * peak, 'history', _ADVICE['collapse'], reference=peak,
+                             ratio=peak / max(std, 1e-300), peak_batch=l.get('peak_batch')))
+    starts = [v for v in peers_first if _known(v)]
+    start = max(first, _mid(starts, False)) if starts and _known(first) else first    # a layer that starts near 0 grows from where its peers started
+    if t.exploding_ratio is not None and _known(std) and _known(first) and first > 0 and _known(start) and start > 0 and std > t.exploding_ratio * start:
+        res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
+    z = l.get('zeros')
+    if t.dead is not None and _known(z) and z > t.dead:
+        res.append(_evidence(name, 'dead', z, t.dead, 'zeros', _ADVICE['bias']))
+    elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
+        res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
+                             positive=std**2 / (std**2 + mean**2)))
+    b, var = l.get('bounds'), l.get('var')
+    if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
+        room = (b[1] - mean) * (mean - b[0])
+        if room > 0 and var / room > t.at_bounds:
+            res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+    return res
 
 def verdict(layers, thresholds=THRESHOLDS):
-    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `first_std`, `peak_std`, `peak_batch`, `zeros`, `bounds`, `var`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`); returns {layer: findings}, the causes' findings, each finding of a layer whose trouble follows an earlier layer's marked `downstream` (that layer)."
-    t = thresholds
-    found = {l['layer']: [] for l in layers}
-    notes = {l['layer']: [] for l in layers}
-    by_name = {l['layer']: l for l in layers}
+    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `var`, `first_std`, `peak_std`, `peak_batch`, `zeros`, `bounds`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`). Returns `({layer: findings}, {layer: notes})`; each finding of a layer whose trouble follows an earlier layer's is marked `downstream` (that layer)."
+    t, by_name = thresholds, {l['layer']: l for l in layers}
     peers = _peers(layers)
-    first_std_of = {l['layer']: l.get('first_std') for l in layers}
+    found = {l['layer']: _own(l, t, [by_name[p].get('first_std') for p in peers[l['layer']]]) for l in layers}
+    # a layer after the first one in trouble of its own may be its consequence: no reference for the others
+    first_own = next((i for i, l in enumerate(layers) if found[l['layer']]), len(layers))
+    suspect = {l['layer'] for l in layers[first_own + 1:]}
     for l in layers:
         name, std, res = l['layer'], l['std'], found[l['layer']]
-        res += judge(name, nonfinite=l.get('nonfinite', 0), total=l.get('total'), thresholds=t)
-        if res and res[0]['issue'] == 'no finite values': continue
-        for f in res: f['advice'] = _ADVICE['nonfinite']
-        # among its peers: a std far above or below theirs
-        others = [by_name[p]['std'] for p in peers[name] if _known(by_name[p]['std']) and by_name[p]['std'] > 0]
-        if t.peers is not None and _known(std) and len(others) >= 2:
-            hi_ref, lo_ref = _mid(others, True), _mid(others, False)
-            if std > t.peers * hi_ref:
-                res.append(_evidence(name, 'exploding', std, t.peers * hi_ref, 'peers', _ADVICE['init'], reference=hi_ref, ratio=std / hi_ref, peers=len(others)))
-            elif 0 < std < lo_ref / t.peers:
-                res.append(_evidence(name, 'vanishing', std, lo_ref / t.peers, 'peers', _ADVICE['init'], reference=lo_ref, ratio=lo_ref / std, peers=len(others)))
-        # its own history: a collapse from its peak, a growth from where it (and its peers) started
-        issues = {f['issue'] for f in res}
-        peak, first = l.get('peak_std'), l.get('first_std')
-        if t.vanishing_ratio is not None and 'vanishing' not in issues and _known(std) and _known(peak) and peak > 0 and std < t.vanishing_ratio * peak:
-            res.append(_evidence(name, 'vanishing', std, t.vanishing_ratio * peak, 'history', _ADVICE['collapse'], reference=peak, ratio=peak / max(std, 1e-300), peak_batch=l.get('peak_batch')))
-        start = _mid([v for v in [first] + [first_std_of[p] for p in peers[name]] if _known(v)], False) if peers[name] else first
-        if t.exploding_ratio is not None and 'exploding' not in issues and _known(std) and _known(start) and start > 0 and _known(first) and first > 0 \
-           and std > t.exploding_ratio * start:
-            res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
-        # exact zeros, a ReLU after it that cannot fire, values at the bounds of a bounded activation
-        z, mean = l.get('zeros'), l.get('mean')
-        if t.dead is not None and _known(z) and z > t.dead:
-            res.append(_evidence(name, 'dead', z, t.dead, 'zeros', _ADVICE['bias']))
-        elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
-            res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
-                                 positive=std**2 / (std**2 + mean**2)))
-        b, var = l.get('bounds'), l.get('var')
-        if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
-            room = (b[1] - mean) * (mean - b[0])
-            if room > 0 and var / room > t.at_bounds:
-                res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+        if t.peers is None or not _known(std) or {f['issue'] for f in res} & {'exploding', 'vanishing', 'no finite values'}: continue
+        ref = [by_name[p]['std'] for p in peers[name] if p not in suspect or name in suspect]
+        ref = [v for v in ref if _known(v) and v > 0]
+        if len(ref) < 2: continue
+        above, below = _mid(ref, True), _mid(ref, False)
+        if std > t.peers * above:
+            res.append(_evidence(name, 'exploding', std, t.peers * above, 'peers', _ADVICE['init'], reference=above, ratio=std / above, peers=len(ref)))
+        elif 0 < std < below / t.peers:
+            res.append(_evidence(name, 'vanishing', std, below / t.peers, 'peers', _ADVICE['init'], reference=below, ratio=below / std, peers=len(ref)))
+    notes = {}
+    for l in layers:
         o = l.get('overflow')
-        if t.overflow is not None and _known(o) and o > t.overflow:
-            notes[name].append(finding(name, 'overflow', o, t.overflow, 'overflow', hi=l.get('hi')))
-    # a consequence downstream: the first layer in trouble is the cause, the later ones its consequences
+        notes[l['layer']] = [finding(l['layer'], 'overflow', o, t.overflow, 'overflow', hi=l.get('hi'))] if t.overflow is not None and _known(o) and o > t.overflow else []
+    # a consequence downstream: the first layer in trouble (the first NaN/Inf: the earliest batch) is the cause, the later ones its consequences
     bad = [l for l in layers if found[l['layer']]]
     nan_first = min((l for l in bad if l.get('first_bad') is not None), key=lambda l: l['first_bad'], default=None)
     cause = None
@@ -257,8 +262,7 @@ def verdict(layers, thresholds=THRESHOLDS):
         name = l['layer']
         if nan_first is not None and l.get('first_bad') is not None and name != nan_first['layer']: up = nan_first['layer']
         elif cause is not None and cause != name: up = cause
-        else: up = None
-        if up is None:
+        else:
             cause = cause or name
             continue
         for f in found[name]: f['downstream'] = up
