@@ -205,7 +205,7 @@ class ActivationStats(HooksCallback):
         name = hook.name
         phase = 'train' if self._training else 'valid'
         recs = self.recorders[phase][name]
-        if name not in self.kinds: self.kinds[name] = (type(mod).__name__, bounds_of(mod))   # what `diagnose` judges it among
+        if name not in self.kinds: self.kinds[name] = (type(mod).__name__, bounds_of(mod), any(True for _ in mod.parameters(recurse=False)))   # what `diagnose` judges it among
         items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
         if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
         grads = self.grads and torch.is_grad_enabled()
@@ -402,7 +402,7 @@ def _judge_rows(rows, kinds, th):
     "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward: each row's findings, its notes, and the layer it is downstream of (None)."
     order = {n: i for i, n in enumerate(kinds)}
     rows = sorted(rows, key=lambda r: order.get(r['layer'], len(order)))      # stable: the layers' order where the forward's is unknown
-    evidence = [dict(r.pop('evidence'), kind=kinds.get(r['layer'], (None, None))[0], bounds=kinds.get(r['layer'], (None, None))[1]) for r in rows]
+    evidence = [dict(r.pop('evidence'), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None, None, None))))) for r in rows]
     found, notes = verdict(evidence, th)
     for r in rows:
         fs = found[r['layer']]
@@ -443,8 +443,12 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
             if 'evidence' in row: firsts.append(row)
             rows.append(row)
     kinds = getattr(self, 'kinds', {})     # statistics loaded from a folder have none: peers by name only
-    if firsts: _judge_rows(firsts, {**kinds, **{n: kinds.get(n, (None, None)) for n in self.names}}, th)
-    for row in rows: row['flags'] = list(dict.fromkeys(_flag(f) for f in row['findings'] if f.get('downstream') is None))
+    if firsts: _judge_rows(firsts, {**kinds, **{n: kinds.get(n, (None, None, None)) for n in self.names}}, th)
+    for row in rows:
+        if relative is None:   # the verdict is about the model: what was not recorded is a note about the recording
+            row['notes'] = [f for f in row['findings'] if f['issue'] in ('not recorded', 'skipped')] + row['notes']
+            row['findings'] = [f for f in row['findings'] if f['issue'] not in ('not recorded', 'skipped')]
+        row['flags'] = list(dict.fromkeys(_flag(f) for f in row['findings'] if f.get('downstream') is None))
     order = {n: i for i, n in enumerate(kinds)}       # the first NaN/Inf: the earliest batch, then the first layer the forward reached
     first = min(((f['batch'], order.get(r['layer'].split('[')[0], len(order)), i, f) for i, r in enumerate(rows) for f in r['findings']
                  if f.get('batch') is not None), key=lambda x: x[:3], default=(None,) * 4)[-1]
@@ -464,7 +468,8 @@ def _flags_text(r):
     if r.get('downstream') is not None:
         own = dict.fromkeys(_flag(f) for f in r['findings'] if f.get('downstream') is not None)
         return f"downstream of {r['downstream']} ({', '.join(own)})"
-    return ', '.join(r['flags']) or 'ok'
+    unrecorded = [_flag(f) for f in r.get('notes', ()) if f['issue'] in ('not recorded', 'skipped')]
+    return ', '.join(r['flags']) or (f"({', '.join(unrecorded)})" if unrecorded else 'ok')
 
 def format_diagnosis(rows):
     "The rows of `diagnose` as a fixed-width text table: every column as wide as its widest entry, so that numbers stay in line at any name length or sign. Last lines: the notes (values beyond the histogram's range), and where the first NaN/Inf appeared, when one did."
@@ -476,7 +481,7 @@ def format_diagnosis(rows):
     widths[0] = max(widths[0], 13)
     def line(texts, last): return '  '.join(f'{t:{a}{w}}' for t, w, (_, _, a) in zip(texts, widths, cols)) + '  ' + last
     lines = [line([h for h, _, _ in cols], 'flags')] + [line(c, _flags_text(r)) for c, r in zip(cells, rows)]
-    notes = [f for r in rows for f in r.get('notes', ())]
+    notes = [f for r in rows for f in r.get('notes', ()) if f['issue'] == 'overflow']
     if notes:
         over = ', '.join(f"{f['layer']} ({f['value']:.0%})" for f in notes)
         lines.append(f"note: values beyond the histogram's range (over): {over}; the picture is clipped, not the layers (hi='auto' picks the range from the data)")

@@ -219,7 +219,8 @@ def _own(l, t, peers_first):
     if t.exploding_ratio is not None and _known(std) and _known(first) and first > 0 and _known(start) and start > 0 and std > t.exploding_ratio * start:
         res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
     z = l.get('zeros')
-    if t.dead is not None and _known(z) and z > t.dead:
+    zero_init = l.get('params') and first == 0 and _known(std) and std == 0    # zero from its first batch, with weights: zero-initialised (LoRA's B)
+    if t.dead is not None and _known(z) and z > t.dead and not zero_init:
         res.append(_evidence(name, 'dead', z, t.dead, 'zeros', _ADVICE['bias']))
     elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
         res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
@@ -238,14 +239,19 @@ def verdict(layers, thresholds=THRESHOLDS):
     found = {l['layer']: _own(l, t, [by_name[p].get('first_std') for p in peers[l['layer']]]) for l in layers}
     # a layer after the first one in trouble of its own may be its consequence: no reference for the others
     first_own = next((i for i, l in enumerate(layers) if found[l['layer']]), len(layers))
+    order = {l['layer']: i for i, l in enumerate(layers)}
     suspect = {l['layer'] for l in layers[first_own + 1:]}
     for l in layers:
         name, std, res = l['layer'], l['std'], found[l['layer']]
         if t.peers is None or not _known(std) or {f['issue'] for f in res} & {'exploding', 'vanishing', 'no finite values'}: continue
-        ref = [by_name[p]['std'] for p in peers[name] if p not in suspect or name in suspect]
-        ref = [v for v in ref if _known(v) and v > 0]
-        if len(ref) < 2: continue
+        usable = [p for p in peers[name] if (p not in suspect or name in suspect) and _known(by_name[p]['std']) and by_name[p]['std'] > 0]
+        before = [p for p in usable if order[p] < order[name]]
+        # the peers before it: a fault in a network without normalisation carries on to the layers after it; the first of its
+        # peers is judged by those after it, only when it is further from unit scale than they are (else the jump is after it)
+        ref = [by_name[p]['std'] for p in (before or usable)]
+        if len(ref) < (1 if before else 2) or std <= 0: continue
         above, below = _mid(ref, True), _mid(ref, False)
+        if not before and abs(math.log(std)) <= abs(math.log(above if std > above else below)): continue
         if std > t.peers * above:
             res.append(_evidence(name, 'exploding', std, t.peers * above, 'peers', _ADVICE['init'], reference=above, ratio=std / above, peers=len(ref)))
         elif 0 < std < below / t.peers:
