@@ -69,6 +69,11 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
+def _kind(module):
+    "What the verdict needs to know of a hooked layer: its class name, its bounds (a bounded activation's), whether it has parameters of its own, and whether one of them trains."
+    ps = list(module.parameters(recurse=False))
+    return type(module).__name__, bounds_of(module), bool(ps), any(p.requires_grad for p in ps)
+
 def _check_stats_args(bins, hi, per_channel=False):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
     check_arg(bins, 'bins', 'ActivationStats', lo=1)
@@ -205,7 +210,7 @@ class ActivationStats(HooksCallback):
         name = hook.name
         phase = 'train' if self._training else 'valid'
         recs = self.recorders[phase][name]
-        if name not in self.kinds: self.kinds[name] = (type(mod).__name__, bounds_of(mod), any(True for _ in mod.parameters(recurse=False)))   # what `diagnose` judges it among
+        if name not in self.kinds: self.kinds[name] = _kind(mod)     # what `diagnose` judges it among   # what `diagnose` judges it among
         items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
         if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
         grads = self.grads and torch.is_grad_enabled()
@@ -359,12 +364,12 @@ def _scale(stds, k):
     return (before if len(before) else ok).max().item(), ok[0].item()
 
 def _history(stds, k):
-    "A layer's history for the verdict: its largest std before the last `k` batches and that batch (NaN, None when none is before), and its first std (NaN when unknown)."
+    "A layer's history for the verdict: its largest std before the last `k` batches and that batch (NaN, None when none is before), its first std and its largest (NaN when unknown)."
     ok = stds[~stds.isnan()]
-    if not len(ok): return math.nan, None, math.nan
+    if not len(ok): return math.nan, None, math.nan, math.nan
     before = stds[:-k].nan_to_num(-1.)
-    if not len(before) or before.max() < 0: return math.nan, None, ok[0].item()
-    return before.max().item(), int(before.argmax()), ok[0].item()
+    if not len(before) or before.max() < 0: return math.nan, None, ok[0].item(), ok.max().item()
+    return before.max().item(), int(before.argmax()), ok[0].item(), ok.max().item()
 
 def _row(layer, rec, tail, th, relative=False, param=None):
     "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
@@ -384,9 +389,12 @@ def _row(layer, rec, tail, th, relative=False, param=None):
         if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
     elif relative is None:
         found = []
-        peak, peak_batch, first = _history(rec.stds, k)
+        peak, peak_batch, first, top = _history(rec.stds, k)
+        i0 = int(has_any.nonzero()[0, 0]) if (has_any := m.count > 0).any() else None      # its first batch with finite values
+        at_first = None if i0 is None else dict(mean=rec.means[i0].item(), std=rec.stds[i0].item(), var=m.var[i0].item(),
+                                                 zeros=(m.zeros[i0] / m.count[i0]).item() if rec.zeros else math.nan)
         row['evidence'] = dict(layer=layer, std=row['std'], mean=row['mean'], var=avg(rec.moments.var), zeros=row['zeros'], overflow=row['overflow'],
-                               hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first,
+                               hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first, max_std=top, first=at_first,
                                first_bad=int(bad.nonzero()[0, 0]) if row['nonfinite'] else None)
     else:
         peak, first = _scale(rec.stds, k) if relative else (None, None)
@@ -398,11 +406,12 @@ def _row(layer, rec, tail, th, relative=False, param=None):
             if f['measure'] == 'nonfinite': f['batch'] = batch
     return row, found
 
-def _judge_rows(rows, kinds, th):
-    "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward: each row's findings, its notes, and the layer it is downstream of (None)."
+def _judge_rows(rows, kinds, grads, th):
+    "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward (`grads`: {layer: 'frozen' or 'none'}, the layers no gradient reached): each row's findings, its notes, and the layer it is downstream of (None). Returns the row of the model as a whole ('') when the verdict has one (it diverged), else None."
     order = {n: i for i, n in enumerate(kinds)}
     rows = sorted(rows, key=lambda r: order.get(r['layer'], len(order)))      # stable: the layers' order where the forward's is unknown
-    evidence = [dict(r.pop('evidence'), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None, None, None))))) for r in rows]
+    evidence = [dict(r.pop('evidence'), grads=grads.get(r['layer']), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None,) * 4))))
+                for r in rows]
     found, notes = verdict(evidence, th)
     for r in rows:
         fs = found[r['layer']]
@@ -411,6 +420,18 @@ def _judge_rows(rows, kinds, th):
         batch = next((e['first_bad'] for e in evidence if e['layer'] == r['layer']), None)
         for f in fs:
             if f['measure'] == 'nonfinite': f['batch'] = batch
+    if '' not in found: return None
+    return dict(layer='', mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
+                output=None, findings=found[''], notes=[], downstream=None)
+
+@fc.patch
+def _no_grads(self:ActivationStats, phase, kinds):
+    "{layer: 'frozen' (no parameter requires grad) or 'none' (no `.grad` recorded)} for the layers with parameters that no gradient reached, when `param_grads` recorded the others' (training only)."
+    if not getattr(self, 'param_grads', False) or phase != 'train': return {}
+    recs = self.recorders['train']
+    got = {n for n, rs in recs.items() if any(k.startswith('grad.param.') and r.n_batches for k, r in rs.items())}
+    if not got: return {}
+    return {n: 'frozen' if not k[3] else 'none' for n, k in kinds.items() if k[2] and n not in got and recs.get(n)}
 
 @fc.patch
 def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', relative=None, **limits):
@@ -429,8 +450,10 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
             found = [finding(name, 'not recorded', None, None)]
             found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
             streams = [(None, (row, found))]
-        else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative if i == 0 else relative or False))
-                         for i, (key, rec) in enumerate(streams)]
+        else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
+        for key, (row, found) in streams[1:]:     # a further output (an LSTM's h and c): the verdict reads the first; these, NaN/Inf
+            e = row.pop('evidence', None)
+            if e is not None: found += [dict(f, batch=e['first_bad']) for f in judge(row['layer'], nonfinite=e['nonfinite'], total=e['total'], thresholds=th)]
         recs = self.recorders[phase].get(name, {})
         pnames = [k[6:] for k in recs if k.startswith('param.')] + [k[11:] for k in recs if k.startswith('grad.param.')]
         for pn in dict.fromkeys(pnames):   # the layer's parameters (`weights`), each followed by its gradient (`param_grads`)
@@ -443,7 +466,9 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
             if 'evidence' in row: firsts.append(row)
             rows.append(row)
     kinds = getattr(self, 'kinds', {})     # statistics loaded from a folder have none: peers by name only
-    if firsts: _judge_rows(firsts, {**kinds, **{n: kinds.get(n, (None, None, None)) for n in self.names}}, th)
+    kinds = {**kinds, **{n: kinds.get(n, (None,) * 4) for n in self.names}}
+    model = _judge_rows(firsts, kinds, self._no_grads(phase, kinds), th) if firsts else None
+    if model is not None: rows.insert(0, model)
     for row in rows:
         if relative is None:   # the verdict is about the model: what was not recorded is a note about the recording
             row['notes'] = [f for f in row['findings'] if f['issue'] in ('not recorded', 'skipped')] + row['notes']
@@ -466,14 +491,14 @@ def _num(v):
 def _flags_text(r):
     "What the flags column says of row `r`: its flags, or the layer it is downstream of, or 'ok'."
     if r.get('downstream') is not None:
-        own = dict.fromkeys(_flag(f) for f in r['findings'] if f.get('downstream') is not None)
-        return f"downstream of {r['downstream']} ({', '.join(own)})"
+        own = dict.fromkeys(_flag(f) for f in r.get('findings', ()) if f.get('downstream') is not None)
+        return f"downstream of {r['downstream'] or 'the model'} ({', '.join(own)})"
     unrecorded = [_flag(f) for f in r.get('notes', ()) if f['issue'] in ('not recorded', 'skipped')]
     return ', '.join(r['flags']) or (f"({', '.join(unrecorded)})" if unrecorded else 'ok')
 
 def format_diagnosis(rows):
     "The rows of `diagnose` as a fixed-width text table: every column as wide as its widest entry, so that numbers stay in line at any name length or sign. Last lines: the notes (values beyond the histogram's range), and where the first NaN/Inf appeared, when one did."
-    cols = [('layer', lambda r: str(r['layer']), '<'), ('mean', lambda r: _num(r['mean']), '>'), ('std', lambda r: _num(r['std']), '>'),
+    cols = [('layer', lambda r: str(r['layer']) or '(the model)', '<'), ('mean', lambda r: _num(r['mean']), '>'), ('std', lambda r: _num(r['std']), '>'),
             ('dead', lambda r: f"{r['dead']:.2f}", '>'), ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>'),
             ('over', lambda r: f"{r.get('overflow', r['saturated']):.2f}", '>'), ('NaN/Inf', lambda r: str(r['nonfinite']), '>')]
     cells = [[get(r) for _, get, _ in cols] for r in rows]
@@ -485,7 +510,7 @@ def format_diagnosis(rows):
     if notes:
         over = ', '.join(f"{f['layer']} ({f['value']:.0%})" for f in notes)
         lines.append(f"note: values beyond the histogram's range (over): {over}; the picture is clipped, not the layers (hi='auto' picks the range from the data)")
-    first = next((f for r in rows for f in r['findings'] if f.get('first')), None)
+    first = next((f for r in rows for f in r.get('findings', ()) if f.get('first')), None)
     if first is not None: lines.append(f"first NaN/Inf: layer {first['layer']}, batch {first['batch']} (of the recorded batches, from 0)")
     return '\n'.join(lines)
 

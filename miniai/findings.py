@@ -82,6 +82,9 @@ _SENTENCES = {
     'narrow range': "{layer} has a very narrow range: max - min is {value:.3g} (< {threshold})",
     'skewed': "{layer} is skewed: |mean| is {value:.3g} times its std (> {threshold})",
     'clipped': "{layer} looks clipped: its {measure} {value:.3g} equals its max",
+    'no gradient': "{layer} gets no gradient",
+    'collapsed head': "{layer} head {head} has collapsed: its normalised entropy {value:.2f} is under {ratio:g} x its peer heads' ({reference:.2f}), so each query attends to one or two keys whatever it asks: check the init of its query and key weights, or lower the learning rate",
+    'uniform head': "{layer} head {head} attends evenly: its normalised entropy {value:.2f} stays at its maximum while its peer heads' is {reference:.2f}: it has found nothing to attend to; check its inputs (the mask, the positions) and the scale of its query and key weights",
     'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
     'skipped': "{layer}: output {output} was skipped: {value}",
@@ -95,8 +98,11 @@ _RELATIVE = {
 
 # the verdict (`verdict`): each finding names its evidence, and says what to try
 _EVIDENCE = {
-    ('exploding', 'peers'): "{layer} is exploding: its std {value:.3g} is {ratio:.0f}x its {peers} peers' ({reference:.3g}): {advice}",
-    ('vanishing', 'peers'): "{layer} is vanishing: its std {value:.3g} is 1/{ratio:.0f} of its {peers} peers' ({reference:.3g}): {advice}",
+    ('exploding', 'peers'): "{layer} is exploding{since}: its std {value:.3g} is {ratio:.0f}x its {peers} peers' ({reference:.3g}): {advice}",
+    ('vanishing', 'peers'): "{layer} is vanishing{since}: its std {value:.3g} is 1/{ratio:.0f} of its {peers} peers' ({reference:.3g}): {advice}",
+    ('exploding', 'diverged'): "the model diverged: the std of {grown} of its {layers} layers grew over {threshold_ratio}x from their first batch ({top}: {reference:.3g} to {value:.3g}): {advice}",
+    ('no gradient', 'frozen'): "{layer} is frozen: none of its parameters requires grad, so it never learns: {advice}",
+    ('no gradient', 'no grad'): "{layer} gets no gradient: its parameters require grad, but no .grad reached them in the batches recorded: {advice}",
     ('exploding', 'history'): "{layer} is exploding: its std grew {ratio:.0f}x over the run, from {reference:.3g} to {value:.3g}: {advice}",
     ('vanishing', 'history'): "{layer} collapsed: its std {value:.3g} is 1/{ratio:.0f} of its peak {reference:.3g} (batch {peak_batch}): {advice}",
     ('dead', 'zeros'): "{layer} is dead: {value:.1%} of its values are exactly 0: {advice}",
@@ -116,7 +122,8 @@ def format_finding(f):
     finite = total - value if isinstance(total, int) and isinstance(value, int) else None
     text = _EVIDENCE.get((f['issue'], f.get('evidence'))) or (
            _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']])
-    text = text.format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    extra = dict(since=' from its first batch' if f.get('at_first') else '', threshold_ratio=f"{f['threshold'] / f['reference']:g}" if f.get('reference') else '')
+    text = text.format(**{**extra, **f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
     if f.get('downstream') is not None: return f"{text.split(': ')[0]}: downstream of {f['downstream']}, whose trouble comes first: look at {f['downstream']} first ({text})"
     return text if f.get('evidence') or not f.get('advice') else f"{text}: {f['advice']}"
 
@@ -184,7 +191,7 @@ def _peers(layers, minimum=3):
     "For each layer of `layers` (evidence dicts), the names of its peers: the layers of its kind and role (`peer_key`), else of its kind, when there are at least `minimum` with itself."
     by_role, by_kind = collections.defaultdict(list), collections.defaultdict(list)
     for l in layers:
-        if not _known(l['std']): continue
+        if not _known(l['std']) and not _known(l.get('first_std')): continue
         by_role[(l.get('kind'), peer_key(l['layer']))].append(l['layer'])
         by_kind[l.get('kind')].append(l['layer'])
     res = {}
@@ -202,13 +209,31 @@ _ADVICE = dict(init="check the init of this layer (the scale of its weights)",
                collapse="lower the learning rate, or normalise (BatchNorm, LayerNorm) and init for the activation (Kaiming)",
                bias="check the bias and init of this layer, or lower the learning rate",
                bounds="scale down what feeds it (its init, a normalisation before it)",
-               nonfinite="look at this layer at that batch: a log or a division of 0, a learning rate too high, an fp16 overflow")
+               nonfinite="look at this layer at that batch: a log or a division of 0, a learning rate too high, an fp16 overflow",
+               frozen="set requires_grad=True on its parameters if it should train",
+               cut="look for a .detach(), a torch.no_grad() or an in-place op in or after this layer's forward")
+
+def _at_rest(name, zeros, mean, std, var, l, first, t):
+    "The findings of a layer's values at one time (the end of the run, or its first batch): exact zeros, a mean far below 0, values at its bounds."
+    res = []
+    zero_init = l.get('params') and first == 0 and _known(std) and std == 0    # zero from its first batch, with weights: zero-initialised (LoRA's B)
+    if t.dead is not None and _known(zeros) and zeros > t.dead and not zero_init:
+        res.append(_evidence(name, 'dead', zeros, t.dead, 'zeros', _ADVICE['bias']))
+    elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
+        res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
+                             positive=std**2 / (std**2 + mean**2)))
+    b = l.get('bounds')
+    if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
+        room = (b[1] - mean) * (mean - b[0])
+        if room > 0 and var / room > t.at_bounds:
+            res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+    return res
 
 def _own(l, t, peers_first):
     "The findings of evidence dict `l` from its own numbers: NaN/Inf, its history (`peers_first`: its peers' first stds), exact zeros, a mean far below 0, values at its bounds."
     name, std, mean = l['layer'], l['std'], l.get('mean')
     res = judge(name, nonfinite=l.get('nonfinite', 0), total=l.get('total'), thresholds=t)
-    for f in res: f['advice'] = _ADVICE['nonfinite']
+    for f in res: f['advice'], f['batch'] = _ADVICE['nonfinite'], l.get('first_bad')
     if res and res[0]['issue'] == 'no finite values': return res
     peak, first = l.get('peak_std'), l.get('first_std')
     if t.vanishing_ratio is not None and _known(std) and _known(peak) and peak > 0 and std < t.vanishing_ratio * peak:
@@ -218,59 +243,75 @@ def _own(l, t, peers_first):
     start = max(first, _mid(starts, False)) if starts and _known(first) else first    # a layer that starts near 0 grows from where its peers started
     if t.exploding_ratio is not None and _known(std) and _known(first) and first > 0 and _known(start) and start > 0 and std > t.exploding_ratio * start:
         res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
-    z = l.get('zeros')
-    zero_init = l.get('params') and first == 0 and _known(std) and std == 0    # zero from its first batch, with weights: zero-initialised (LoRA's B)
-    if t.dead is not None and _known(z) and z > t.dead and not zero_init:
-        res.append(_evidence(name, 'dead', z, t.dead, 'zeros', _ADVICE['bias']))
-    elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
-        res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
-                             positive=std**2 / (std**2 + mean**2)))
-    b, var = l.get('bounds'), l.get('var')
-    if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
-        room = (b[1] - mean) * (mean - b[0])
-        if room > 0 and var / room > t.at_bounds:
-            res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+    now = _at_rest(name, l.get('zeros'), mean, std, l.get('var'), l, first, t)
+    then = {f['issue'] for f in _at_rest(name, **{k: (l.get('first') or {}).get(k) for k in ('zeros', 'mean', 'std', 'var')}, l=l, first=first, t=t)}
+    for f in now:
+        if f['issue'] in then: f['at_first'] = True      # so from its first batch: the cause of what follows
+    res += now
+    if l.get('grads') == 'frozen': res.append(_evidence(name, 'no gradient', 0, 0, 'frozen', _ADVICE['frozen']))
+    elif l.get('grads') == 'none': res.append(_evidence(name, 'no gradient', 0, 0, 'no grad', _ADVICE['cut']))
     return res
 
+def _against_peers(name, key, by_name, peers, order, skip, t):
+    "A finding when statistic `key` ('std', or 'first_std': at the first batch) of layer `name` is `t.peers` times above or below its peers' (those before it in the forward; the first judged by those after it only when further from unit scale than they are: else the jump is after it). `skip`: peers not to judge by."
+    std = by_name[name].get(key)
+    if t.peers is None or not _known(std) or std <= 0: return None
+    usable = [p for p in peers[name] if p not in skip and _known(by_name[p].get(key)) and by_name[p][key] > 0]
+    before = [p for p in usable if order[p] < order[name]]
+    ref = [by_name[p][key] for p in (before or usable)]
+    if len(ref) < (1 if before else 2): return None
+    above, below = _mid(ref, True), _mid(ref, False)
+    if not before and abs(math.log(std)) <= abs(math.log(above if std > above else below)): return None
+    at = dict(at_first=True) if key == 'first_std' else {}
+    if std > t.peers * above:
+        return _evidence(name, 'exploding', std, t.peers * above, 'peers', _ADVICE['init'], reference=above, ratio=std / above, peers=len(ref), **at)
+    if std < below / t.peers:
+        return _evidence(name, 'vanishing', std, below / t.peers, 'peers', _ADVICE['init'], reference=below, ratio=below / std, peers=len(ref), **at)
+
+def _diverged(layers, t):
+    "The finding of the model as a whole (layer '') when at least half of its layers (two or more) grew `exploding_ratio` times from their first std before the end or a NaN/Inf: the learning rate, not a layer."
+    grown = [l for l in layers if _known(l.get('max_std')) and _known(l.get('first_std')) and l['first_std'] > 0 and t.exploding_ratio is not None
+             and l['max_std'] > t.exploding_ratio * l['first_std']]
+    known = [l for l in layers if _known(l.get('first_std')) and l['first_std'] > 0]
+    if len(grown) < 2 or 2 * len(grown) < len(known): return None
+    top = max(grown, key=lambda l: l['max_std'] / l['first_std'])
+    return _evidence('', 'exploding', top['max_std'], t.exploding_ratio * top['first_std'], 'diverged', _ADVICE['lr'], reference=top['first_std'],
+                     ratio=top['max_std'] / top['first_std'], grown=len(grown), layers=len(known), top=top['layer'])
+
 def verdict(layers, thresholds=THRESHOLDS):
-    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `var`, `first_std`, `peak_std`, `peak_batch`, `zeros`, `bounds`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`). Returns `({layer: findings}, {layer: notes})`; each finding of a layer whose trouble follows an earlier layer's is marked `downstream` (that layer)."
+    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `var`, `first_std`, `peak_std`, `peak_batch`, `max_std`, `zeros`, `bounds`, `params`, `grads`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`). Returns `({layer: findings}, {layer: notes})`, with the layer '' (the model as a whole) when it diverged; each finding of a layer whose trouble follows another's is marked `downstream` (that layer)."
     t, by_name = thresholds, {l['layer']: l for l in layers}
-    peers = _peers(layers)
+    peers, order = _peers(layers), {l['layer']: i for i, l in enumerate(layers)}
     found = {l['layer']: _own(l, t, [by_name[p].get('first_std') for p in peers[l['layer']]]) for l in layers}
     # a layer after the first one in trouble of its own may be its consequence: no reference for the others
     first_own = next((i for i, l in enumerate(layers) if found[l['layer']]), len(layers))
-    order = {l['layer']: i for i, l in enumerate(layers)}
     suspect = {l['layer'] for l in layers[first_own + 1:]}
-    for l in layers:
-        name, std, res = l['layer'], l['std'], found[l['layer']]
-        if t.peers is None or not _known(std) or {f['issue'] for f in res} & {'exploding', 'vanishing', 'no finite values'}: continue
-        usable = [p for p in peers[name] if (p not in suspect or name in suspect) and _known(by_name[p]['std']) and by_name[p]['std'] > 0]
-        before = [p for p in usable if order[p] < order[name]]
-        # the peers before it: a fault in a network without normalisation carries on to the layers after it; the first of its
-        # peers is judged by those after it, only when it is further from unit scale than they are (else the jump is after it)
-        ref = [by_name[p]['std'] for p in (before or usable)]
-        if len(ref) < (1 if before else 2) or std <= 0: continue
-        above, below = _mid(ref, True), _mid(ref, False)
-        if not before and abs(math.log(std)) <= abs(math.log(above if std > above else below)): continue
-        if std > t.peers * above:
-            res.append(_evidence(name, 'exploding', std, t.peers * above, 'peers', _ADVICE['init'], reference=above, ratio=std / above, peers=len(ref)))
-        elif 0 < std < below / t.peers:
-            res.append(_evidence(name, 'vanishing', std, below / t.peers, 'peers', _ADVICE['init'], reference=below, ratio=below / std, peers=len(ref)))
+    for l in layers:       # among its peers: from its first batch (its init), and now
+        name, res = l['layer'], found[l['layer']]
+        if {f['issue'] for f in res} & {'exploding', 'vanishing', 'no finite values'}: continue
+        f = _against_peers(name, 'first_std', by_name, peers, order, (), t) or \
+            _against_peers(name, 'std', by_name, peers, order, () if name in suspect else suspect, t)
+        if f is not None: res.append(f)
     notes = {}
     for l in layers:
         o = l.get('overflow')
         notes[l['layer']] = [finding(l['layer'], 'overflow', o, t.overflow, 'overflow', hi=l.get('hi'))] if t.overflow is not None and _known(o) and o > t.overflow else []
-    # a consequence downstream: the first layer in trouble (the first NaN/Inf: the earliest batch) is the cause, the later ones its consequences
-    bad = [l for l in layers if found[l['layer']]]
-    nan_first = min((l for l in bad if l.get('first_bad') is not None), key=lambda l: l['first_bad'], default=None)
+    # the cause: the trouble seen first (at the first batch, the first NaN/Inf, then the rest at the end), the first layer the forward
+    # reached; gradients flow backwards, so a gradient cut shows first at the last layer without one. The others are downstream of it.
+    def when(name):
+        fs = found[name]
+        if any(f.get('at_first') for f in fs): return (0, order[name])
+        if any(f.get('batch') is not None for f in fs): return (1 + min(f['batch'] for f in fs if f.get('batch') is not None), order[name])
+        if all(f['issue'] == 'no gradient' for f in fs): return (math.inf, -order[name])
+        return (math.inf, order[name])
+    bad = sorted((n for n in found if found[n]), key=when)
+    diverged = _diverged(layers, t)
     cause = None
-    for l in bad:
-        name = l['layer']
-        if nan_first is not None and l.get('first_bad') is not None and name != nan_first['layer']: up = nan_first['layer']
-        elif cause is not None and cause != name: up = cause
-        else:
-            cause = cause or name
-            continue
-        for f in found[name]: f['downstream'] = up
+    if diverged is not None and not (bad and when(bad[0])[0] == 0):    # a fault at init that makes it diverge is the cause
+        found[''], cause = [diverged], ''
+    for name in bad:
+        if cause is None: cause = name
+        elif name != cause:
+            for f in found[name]: f['downstream'] = cause
     return found, notes
 

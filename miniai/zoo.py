@@ -296,8 +296,12 @@ def flagged_layers(rows, names):
     return res
 
 def verdict_rows(stats, attention):
-    "The verdict the zoo scores: `stats.diagnose()` with its default settings. `attention` ({attention layer: `AttentionDebugger` results after training}) is what a verdict on heads reads."
-    return stats.diagnose()
+    "The verdict the zoo scores: `stats.diagnose()` with its default settings, and a row for each attention layer of `attention` ({layer: `AttentionDebugger` results after training}) whose heads have `findings` (a head collapsed, or attending evenly)."
+    rows = stats.diagnose()
+    for layer, res in attention.items():
+        found = res.get('findings') or []
+        if found: rows.append(dict(layer=layer, flags=list(dict.fromkeys(f['issue'] for f in found)), findings=found, notes=[], downstream=None))
+    return rows
 
 # %% ../nbs/10h_zoo.ipynb #3812d443
 @dataclass
