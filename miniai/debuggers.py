@@ -266,14 +266,14 @@ def attention_stats(weights, mask=None, eps=1e-8):
 
 
 # %% ../nbs/10c_debuggers.ipynb #95376f18
-def head_findings(layer, entropies, collapse=0.5, uniform=0.98, specialised=0.7):
-    "The findings (see `miniai.findings.finding`) of the heads of attention `layer` by their normalised entropies: a head under `collapse` times the median of the layer's other heads has collapsed; one above `uniform` while the others' median is under `specialised` attends evenly, at its maximum."
+def head_findings(layer, entropies, collapse=0.5, uniform=0.98, specialised=0.7, apart=10.):
+    "The findings (see `miniai.findings.finding`) of the heads of attention `layer` by their normalised entropies: a head under `collapse` times the median of the layer's other heads, or `apart` times further below the maximum (1) than they are (and at least 0.2 below it), has collapsed; one above `uniform` while the others' median is under `specialised` attends evenly, at its maximum."
     res = []
     for h, e in enumerate(entropies):
         others = [v for i, v in enumerate(entropies) if i != h and v == v]
         if e != e or not others: continue
         low, high = sorted(others)[(len(others) - 1) // 2], sorted(others)[len(others) // 2]     # their middle (two: the one nearer to `e`)
-        if e < collapse * low:
+        if e < collapse * low or (1 - e > 0.2 and 1 - e > apart * (1 - low)):
             res.append(finding(layer, 'collapsed head', e, collapse * low, 'normalized entropy', head=h, reference=low, ratio=collapse))
         elif e > uniform and high < specialised:
             res.append(finding(layer, 'uniform head', e, uniform, 'normalized entropy', head=h, reference=high))

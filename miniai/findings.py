@@ -83,7 +83,7 @@ _SENTENCES = {
     'skewed': "{layer} is skewed: |mean| is {value:.3g} times its std (> {threshold})",
     'clipped': "{layer} looks clipped: its {measure} {value:.3g} equals its max",
     'no gradient': "{layer} gets no gradient",
-    'collapsed head': "{layer} head {head} has collapsed: its normalised entropy {value:.2f} is under {ratio:g} x its peer heads' ({reference:.2f}), so each query attends to one or two keys whatever it asks: check the init of its query and key weights, or lower the learning rate",
+    'collapsed head': "{layer} head {head} has collapsed: its normalised entropy {value:.2f} is far under its peer heads' ({reference:.2f}), so each query attends to one or two keys whatever it asks: check the init of its query and key weights, or lower the learning rate",
     'uniform head': "{layer} head {head} attends evenly: its normalised entropy {value:.2f} stays at its maximum while its peer heads' is {reference:.2f}: it has found nothing to attend to; check its inputs (the mask, the positions) and the scale of its query and key weights",
     'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
