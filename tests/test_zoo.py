@@ -177,8 +177,7 @@ def test_goal_counts_other_layers():
 
 # ---------------------------------------------------------------- VERDICT
 # What `diagnose` (default settings) gets right on the subset today. The goal is stricter: every fault caught at its
-# layer with at most one other layer flagged, and no flag on a healthy case (`test_goal_on_subset`, marked xfail while
-# the verdict falls short: remove the mark when it passes). Tighten these as the verdict improves.
+# layer with at most one other layer flagged, and no flag on a healthy case (`test_goal_on_subset`).
 
 def test_verdict_what_diagnose_gets_right_today(results):
     for case in ('relu_cnn @init', 'relu_cnn @trained'):
@@ -193,8 +192,6 @@ def test_verdict_what_diagnose_gets_right_today(results):
     assert [(f['layer'], f['batch']) for f in first] == [('2.0', zoo.FAULTS[r.case.fault].step)], first
 
 
-@pytest.mark.xfail(strict=True, reason="the verdict falls short of the goal on this subset (healthy GPT-2 flagged, collapsed head and "
-                                       "diverging lr missed, consequences flagged downstream): remove this mark when it passes")
 def test_goal_on_subset(results):
     missed = {c: (r.flagged if r.healthy else (r.caught, r.others)) for c, r in results.items() if not r.goal}
     assert not missed, missed
