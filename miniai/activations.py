@@ -497,15 +497,16 @@ def _flags_text(r):
     return ', '.join(r['flags']) or (f"({', '.join(unrecorded)})" if unrecorded else 'ok')
 
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table: every column as wide as its widest entry, so that numbers stay in line at any name length or sign. Last lines: the notes (values beyond the histogram's range), and where the first NaN/Inf appeared, when one did."
-    cols = [('layer', lambda r: str(r['layer']) or '(the model)', '<'), ('mean', lambda r: _num(r['mean']), '>'), ('std', lambda r: _num(r['std']), '>'),
-            ('dead', lambda r: f"{r['dead']:.2f}", '>'), ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>'),
-            ('over', lambda r: f"{r.get('overflow', r['saturated']):.2f}", '>'), ('NaN/Inf', lambda r: str(r['nonfinite']), '>')]
-    cells = [[get(r) for _, get, _ in cols] for r in rows]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (h, _, _) in enumerate(cols)]
-    widths[0] = max(widths[0], 13)
-    def line(texts, last): return '  '.join(f'{t:{a}{w}}' for t, w, (_, _, a) in zip(texts, widths, cols)) + '  ' + last
-    lines = [line([h for h, _, _ in cols], 'flags')] + [line(c, _flags_text(r)) for c, r in zip(cells, rows)]
+    "The rows of `diagnose` as a fixed-width text table: every column at least as wide as its widest entry and a space (the layer column at least 14), so that numbers stay in line at any name length or sign. Last lines: the notes (values beyond the histogram's range), and where the first NaN/Inf appeared, when one did."
+    # (header, the entry of a row, its alignment, its least width): a column grows to its widest entry and a space
+    cols = [('layer', lambda r: str(r['layer']) or '(the model)', '<', 14), ('mean', lambda r: _num(r['mean']), '>', 10),
+            ('std', lambda r: _num(r['std']), '>', 10), ('dead', lambda r: f"{r['dead']:.2f}", '>', 7),
+            ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>', 7), ('over', lambda r: f"{r.get('overflow', r['saturated']):.2f}", '>', 7),
+            ('NaN/Inf', lambda r: str(r['nonfinite']), '>', 9)]
+    cells = [[get(r) for _, get, _, _ in cols] for r in rows]
+    widths = [max([least, len(h) + 1] + [len(c[i]) + 1 for c in cells]) for i, (h, _, _, least) in enumerate(cols)]
+    def line(texts, last): return ''.join(f'{t:{a}{w}}' for t, w, (_, _, a, _) in zip(texts, widths, cols)) + '  ' + last
+    lines = [line([h for h, _, _, _ in cols], 'flags')] + [line(c, _flags_text(r)) for c, r in zip(cells, rows)]
     notes = [f for r in rows for f in r.get('notes', ()) if f['issue'] == 'overflow']
     if notes:
         over = ', '.join(f"{f['layer']} ({f['value']:.0%})" for f in notes)

@@ -124,7 +124,7 @@ def format_finding(f):
            _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']])
     extra = dict(since=' from its first batch' if f.get('at_first') else '', threshold_ratio=f"{f['threshold'] / f['reference']:g}" if f.get('reference') else '')
     text = text.format(**{**extra, **f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
-    if f.get('downstream') is not None: return f"{text.split(': ')[0]}: downstream of {f['downstream']}, whose trouble comes first: look at {f['downstream']} first ({text})"
+    if f.get('downstream') is not None: return f"{f['layer'] or 'the model'} is downstream of {f['downstream'] or 'the model'}, in trouble first: look there first ({text})"
     return text if f.get('evidence') or not f.get('advice') else f"{text}: {f['advice']}"
 
 # %% ../nbs/09e_findings.ipynb #70586877
@@ -188,7 +188,7 @@ def _mid(vs, upper):
     return s[len(s) // 2] if upper else s[(len(s) - 1) // 2]
 
 def _peers(layers, minimum=3):
-    "For each layer of `layers` (evidence dicts), the names of its peers: the layers of its kind and role (`peer_key`), else of its kind, when there are at least `minimum` with itself."
+    "For each layer of `layers` (evidence dicts), the names of its peers: the other layers of its kind and role (`peer_key`); for a layer alone in its role, those of its kind when there are at least `minimum` with itself."
     by_role, by_kind = collections.defaultdict(list), collections.defaultdict(list)
     for l in layers:
         if not _known(l['std']) and not _known(l.get('first_std')): continue
@@ -197,8 +197,9 @@ def _peers(layers, minimum=3):
     res = {}
     for l in layers:
         role = by_role.get((l.get('kind'), peer_key(l['layer'])), [])
-        group = role if len(role) >= minimum else by_kind.get(l.get('kind'), [])
-        res[l['layer']] = [n for n in group if n != l['layer']] if len(group) >= minimum else []
+        kind = by_kind.get(l.get('kind'), [])
+        group = role if len(role) >= 2 else kind if len(kind) >= minimum else []
+        res[l['layer']] = [n for n in group if n != l['layer']]
     return res
 
 def _evidence(layer, issue, value, threshold, measure, advice, **more):
@@ -269,14 +270,19 @@ def _against_peers(name, key, by_name, peers, order, skip, t):
         return _evidence(name, 'vanishing', std, below / t.peers, 'peers', _ADVICE['init'], reference=below, ratio=below / std, peers=len(ref), **at)
 
 def _diverged(layers, t):
-    "The finding of the model as a whole (layer '') when at least half of its layers (two or more) grew `exploding_ratio` times from their first std before the end or a NaN/Inf: the learning rate, not a layer."
+    "The finding of the model as a whole (layer '') when at least half of its layers (three or more) grew `exploding_ratio` times from their first std before the end or a NaN/Inf: the learning rate, not a layer."
     grown = [l for l in layers if _known(l.get('max_std')) and _known(l.get('first_std')) and l['first_std'] > 0 and t.exploding_ratio is not None
              and l['max_std'] > t.exploding_ratio * l['first_std']]
     known = [l for l in layers if _known(l.get('first_std')) and l['first_std'] > 0]
-    if len(grown) < 2 or 2 * len(grown) < len(known): return None
+    if len(grown) < 3 or 2 * len(grown) < len(known): return None
     top = max(grown, key=lambda l: l['max_std'] / l['first_std'])
     return _evidence('', 'exploding', top['max_std'], t.exploding_ratio * top['first_std'], 'diverged', _ADVICE['lr'], reference=top['first_std'],
                      ratio=top['max_std'] / top['first_std'], grown=len(grown), layers=len(known), top=top['layer'])
+
+_NAN = {'nonfinite values', 'no finite values'}
+_SCALE = {'exploding', 'vanishing', 'dead', 'saturated'}
+_LEADS = {'exploding': _SCALE | _NAN, 'saturated': _SCALE | _NAN, 'vanishing': {'vanishing', 'dead'}, 'dead': {'vanishing', 'dead'},
+          'nonfinite values': _NAN, 'no finite values': _NAN, 'no gradient': {'no gradient'}}    # what trouble in a layer brings after it
 
 def verdict(layers, thresholds=THRESHOLDS):
     "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `var`, `first_std`, `peak_std`, `peak_batch`, `max_std`, `zeros`, `bounds`, `params`, `grads`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`). Returns `({layer: findings}, {layer: notes})`, with the layer '' (the model as a whole) when it diverged; each finding of a layer whose trouble follows another's is marked `downstream` (that layer)."
@@ -306,12 +312,14 @@ def verdict(layers, thresholds=THRESHOLDS):
         return (math.inf, order[name])
     bad = sorted((n for n in found if found[n]), key=when)
     diverged = _diverged(layers, t)
-    cause = None
+    causes = []
     if diverged is not None and not (bad and when(bad[0])[0] == 0):    # a fault at init that makes it diverge is the cause
-        found[''], cause = [diverged], ''
-    for name in bad:
-        if cause is None: cause = name
-        elif name != cause:
-            for f in found[name]: f['downstream'] = cause
+        found[''], causes = [diverged], ['']
+    for name in bad:           # downstream of the first cause whose trouble leads to this one's, else a cause of its own
+        issues = {f['issue'] for f in found[name]}
+        up = next((c for c in causes if issues <= set().union(*(_LEADS.get(f['issue'], ()) for f in found[c]))), None)
+        if up is None: causes.append(name)
+        else:
+            for f in found[name]: f['downstream'] = up
     return found, notes
 

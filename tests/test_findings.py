@@ -120,4 +120,4 @@ def test_verdict_dead_below_zero_and_saturated():
     tanh = dict(layer('t', 0.97, kind='Tanh', bounds=(-1., 1.)), var=0.95)
     found, _ = verdict([layer('c.0', 1.), relu_in, layer('c.2', 1.), tanh])
     assert [f['issue'] for f in found['c.1']] == ['dead'] and format_finding(found['c.1'][0]).startswith('c.1 is dead behind a ReLU: its mean -50 is 50.0 stds below 0')
-    assert [(f['issue'], f['downstream']) for f in found['t']] == [('saturated', 'c.1')]
+    assert [f['issue'] for f in found['t']] == ['saturated'] and 'downstream' not in found['t'][0]     # a dead layer does not saturate one after it
