@@ -98,8 +98,8 @@ _RELATIVE = {
 
 # the verdict (`verdict`): each finding names its evidence, and says what to try
 _EVIDENCE = {
-    ('exploding', 'peers'): "{layer} is exploding{since}: its std {value:.3g} is {ratio:.0f}x its {peers} peers' ({reference:.3g}): {advice}",
-    ('vanishing', 'peers'): "{layer} is vanishing{since}: its std {value:.3g} is 1/{ratio:.0f} of its {peers} peers' ({reference:.3g}): {advice}",
+    ('exploding', 'peers'): "{layer} is exploding{since}: its std {value:.3g} is {ratio:.0f}x {its_peers} ({reference:.3g}): {advice}",
+    ('vanishing', 'peers'): "{layer} is vanishing{since}: its std {value:.3g} is 1/{ratio:.0f} of {its_peers} ({reference:.3g}): {advice}",
     ('exploding', 'diverged'): "the model diverged: the std of {grown} of its {layers} layers grew over {threshold_ratio}x from their first batch ({top}: {reference:.3g} to {value:.3g}): {advice}",
     ('no gradient', 'frozen'): "{layer} is frozen: none of its parameters requires grad, so it never learns: {advice}",
     ('no gradient', 'no grad'): "{layer} gets no gradient: its parameters require grad, but no .grad reached them in the batches recorded: {advice}",
@@ -122,7 +122,8 @@ def format_finding(f):
     finite = total - value if isinstance(total, int) and isinstance(value, int) else None
     text = _EVIDENCE.get((f['issue'], f.get('evidence'))) or (
            _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']])
-    extra = dict(since=' from its first batch' if f.get('at_first') else '', threshold_ratio=f"{f['threshold'] / f['reference']:g}" if f.get('reference') else '')
+    n = f.get('peers')
+    extra = dict(since=' from its first batch' if f.get('at_first') else '', its_peers="its peer's" if n == 1 else f"its {n} peers'", threshold_ratio=f"{f['threshold'] / f['reference']:g}" if f.get('reference') else '')
     text = text.format(**{**extra, **f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
     if f.get('downstream') is not None: return f"{f['layer'] or 'the model'} is downstream of {f['downstream'] or 'the model'}, in trouble first: look there first ({text})"
     return text if f.get('evidence') or not f.get('advice') else f"{text}: {f['advice']}"
