@@ -156,13 +156,15 @@ def test_a_nan_born_in_one_layer_is_named_there_and_the_rest_is_downstream():
     assert set(downstream(a).values()) == {'fc.2.0'} and 'proj.3' in downstream(a)
     assert format_diagnosis(a.diagnose()).splitlines()[-1] == 'first NaN/Inf: layer fc.2.0, batch 4 (of the recorded batches, from 0)'
 
-def test_a_learning_rate_that_diverges_names_the_first_layer_and_lowering_it():
+def test_a_learning_rate_that_diverges_names_the_model_and_lowering_it():
     a = train(cnn(), cnn_batch, steps=30, lr=20., sgd=True)
     rows = a.diagnose()
-    causes = [r for r in rows if r['flags']]
-    assert len(causes) == 1, format_diagnosis(rows)
-    text = ' '.join(format_finding(f) for f in causes[0]['findings'])
-    assert "learning rate too high" in text or "lower the learning rate" in text, text
+    assert [(r['layer'], r['flags']) for r in rows if r['flags']] == [('', ['exploding'])], format_diagnosis(rows)   # the model, not a layer
+    assert all(r['downstream'] == '' for r in rows[1:]) and format_diagnosis(rows).splitlines()[1].startswith('(the model)')
+    text = format_finding(rows[0]['findings'][0])
+    assert text.startswith('the model diverged: the std of 6 of its 6 layers grew over 100x') and 'lower the learning rate' in text, text
+    healthy = train(cnn(), cnn_batch, steps=30, lr=0.01, sgd=True)
+    assert all(r['layer'] for r in healthy.diagnose())      # a run that trains has no row for the model
 
 def test_format_diagnosis_keeps_numbers_in_their_columns():
     base = dict(mean=0.5, std=1., dead=0.1, saturated=0., zeros=0., overflow=0., nonfinite=0, flags=[], findings=[], notes=[], downstream=None)
@@ -182,3 +184,13 @@ def test_old_keywords_still_work():
     assert a.diagnose(saturated=0.2) == a.diagnose(overflow=0.2)         # the note's limit, by its old name
     assert any(r['flags'] for r in a.diagnose(relative=False))            # the absolute limits, on request
     a.diagnose(relative=True); a.diagnose(thresholds=THRESHOLDS.but(peers=None, vanishing_std=0.1))
+
+def test_a_frozen_layer_and_a_detached_one_get_no_gradient_at_their_layer():
+    def frozen(m): m.proj[1].requires_grad_(False)
+    a = train(MLP(), mlp_batch, fault=frozen, param_grads=True)
+    assert flagged(a) == {'proj.1': ['no gradient']}
+    assert 'proj.1 is frozen: none of its parameters requires grad' in format_finding(next(r for r in a.diagnose() if r['layer'] == 'proj.1')['findings'][0])
+    def detached(m): m.fc[2].register_forward_hook(lambda mod, args, out: out.detach())
+    b = train(MLP(), mlp_batch, fault=detached, param_grads=True)
+    assert flagged(b) == {'fc.2': ['no gradient']}
+    assert flagged(train(MLP(), mlp_batch, param_grads=True)) == {}
