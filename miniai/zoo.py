@@ -373,9 +373,11 @@ def run_zoo(which=None, steps=STEPS, progress=None):
         if progress is not None: progress(res[-1])
     return res
 
-# %% ../nbs/10h_zoo.ipynb #8aa4c437
-def _short(names, n=3):
-    return ', '.join(names[:n]) + (f', ... (+{len(names) - n})' if len(names) > n else '')
+# %% ../nbs/10h_zoo.ipynb #29d99f8a
+def _short(names, n=3, width=34):
+    "The first `n` of `names`, each cut to its last `width` characters, and how many more."
+    cut = [nm if len(nm) <= width else '…' + nm[-(width - 1):] for nm in names[:n]]
+    return ', '.join(cut) + (f' (+{len(names) - n})' if len(names) > n else '')
 
 def confusion_table(results):
     "The text table of `results`: one line per case."
