@@ -21,7 +21,7 @@ from .init import GeneralRelu, get_model, init_weights
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/10h_zoo.ipynb #b02abeda
+# %% ../nbs/10h_zoo.ipynb #89f2b7c4
 @functools.cache
 def fashion_images(n=2048):
     "The first `n` FashionMNIST training images as floats in [0, 1], shaped (n, 1, 28, 28), and their labels; read once per process."
@@ -38,9 +38,9 @@ def image_batches(n_batches, bs=64, size=28, channels=1):
     if channels > 1: x = x.expand(-1, channels, -1, -1).contiguous()
     return [(x[i*bs:(i+1)*bs], y[i*bs:(i+1)*bs]) for i in range(n_batches)]
 
-def token_batches(n_batches, bs=8, seq=32, vocab=64, seed=0):
-    "`n_batches` batches of token ids (bs, seq): each row repeats a random pattern of 2 to 6 tokens (ids 1 to vocab-2; vocab-1 is the mask token)."
-    g = torch.Generator().manual_seed(seed)
+def token_batches(n_batches, bs=8, seq=32, vocab=64, rng=0):
+    "`n_batches` batches of token ids (bs, seq), drawn from generator state `rng`: each row repeats a random pattern of 2 to 6 tokens (ids 1 to vocab-2; vocab-1 is the mask token)."
+    g = torch.Generator().manual_seed(rng)
     res = []
     for _ in range(n_batches):
         rows = []
@@ -338,14 +338,14 @@ def watch_heads(model, cfg, batch):
     finally:
         for h in handles: h.remove()
 
-# %% ../nbs/10h_zoo.ipynb #6764c6f9
-def run(case, steps=STEPS, seed=0):
-    "Build `case`'s model (torch seeded with `seed`), inject its fault, train it (one step at 'init', `steps` when 'trained') with `ActivationStats` attached (its defaults, plus the fault's `stats` options), watch its heads, and score the verdict (`verdict_rows`)."
+# %% ../nbs/10h_zoo.ipynb #cbffb494
+def run(case, steps=STEPS, rng=0):
+    "Build `case`'s model (torch's random numbers started at `rng`), inject its fault, train it (one step at 'init', `steps` when 'trained') with `ActivationStats` attached (its defaults, plus the fault's `stats` options), watch its heads, and score the verdict (`verdict_rows`)."
     t0 = time.perf_counter()
     cfg = CONFIGS[case.config]
     fault = FAULTS[case.fault] if case.fault else None
     n = 1 if case.moment == 'init' else steps
-    torch.manual_seed(seed)
+    torch.manual_seed(rng)
     model = cfg.build().train()
     if fault is not None and fault.inject and not fault.step: fault.inject(model)
     batches = cfg.batches(n + 1)        # the last one is for the attention debugger
