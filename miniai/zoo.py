@@ -21,7 +21,7 @@ from .init import GeneralRelu, get_model, init_weights
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/10h_zoo.ipynb #89f2b7c4
+# %% ../nbs/10h_zoo.ipynb #b1b44b18
 @functools.cache
 def fashion_images(n=2048):
     "The first `n` FashionMNIST training images as floats in [0, 1], shaped (n, 1, 28, 28), and their labels; read once per process."
@@ -38,17 +38,18 @@ def image_batches(n_batches, bs=64, size=28, channels=1):
     if channels > 1: x = x.expand(-1, channels, -1, -1).contiguous()
     return [(x[i*bs:(i+1)*bs], y[i*bs:(i+1)*bs]) for i in range(n_batches)]
 
-def token_batches(n_batches, bs=8, seq=32, vocab=64, rng=0):
-    "`n_batches` batches of token ids (bs, seq), drawn from generator state `rng`: each row repeats a random pattern of 2 to 6 tokens (ids 1 to vocab-2; vocab-1 is the mask token)."
+def token_batches(n_batches, bs=8, seq=32, vocab=64, rng=0, follow=0.8):
+    "`n_batches` batches of token ids (bs, seq), drawn from generator state `rng`: each row a walk in which a token is followed by its own successor (one fixed table for all rows) with probability `follow`, by a random token otherwise; ids 1 to vocab-2 (vocab-1 is the mask token)."
     g = torch.Generator().manual_seed(rng)
+    successor = torch.randperm(vocab - 2, generator=g) + 1
     res = []
     for _ in range(n_batches):
-        rows = []
-        for _ in range(bs):
-            period = int(torch.randint(2, 7, (1,), generator=g))
-            pattern = torch.randint(1, vocab - 1, (period,), generator=g)
-            rows.append(pattern.repeat(seq // period + 1)[:seq])
-        res.append(torch.stack(rows))
+        ids = torch.empty(bs, seq, dtype=torch.long)
+        ids[:, 0] = torch.randint(1, vocab - 1, (bs,), generator=g)
+        for t in range(1, seq):
+            follows = torch.rand(bs, generator=g) < follow
+            ids[:, t] = torch.where(follows, successor[ids[:, t-1] - 1], torch.randint(1, vocab - 1, (bs,), generator=g))
+        res.append(ids)
     return res
 
 # %% ../nbs/10h_zoo.ipynb #bedbd238
@@ -126,7 +127,7 @@ def masked_loss(model, ids, vocab=64, p=0.15):
 def sgd(lr, momentum=0.9): return partial(torch.optim.SGD, lr=lr, momentum=momentum)
 def adamw(lr): return partial(torch.optim.AdamW, lr=lr)
 
-# %% ../nbs/10h_zoo.ipynb #4e822de0
+# %% ../nbs/10h_zoo.ipynb #22489653
 @dataclass
 class Config:
     "A healthy configuration: `build()` makes its model, `batches(n)` its first `n` batches, `loss(model, batch)` its loss, `opt(lr)(params)` its optimiser, at learning rate `lr`. A transformer lists its `attention` modules, with `inputs(batch)` (what the model is called on) and `mask(inputs)` (the keys each query may attend, for `AttentionDebugger`)."
@@ -152,14 +153,14 @@ CONFIGS = {c.name: c for c in [
     Config('lesson11_cnn', 'cnn', lesson11_cnn, partial(image_batches, bs=128), image_loss, adamw, 1e-2),
     Config('relu_cnn', 'cnn', relu_cnn, partial(image_batches, bs=128), image_loss, sgd, 0.1),
     Config('tanh_mlp', 'mlp', tanh_mlp, partial(image_batches, bs=128), image_loss, sgd, 0.1),
-    Config('resnet18', 'resnet', resnet18, partial(image_batches, bs=32, size=32, channels=3), image_loss, sgd, 0.05),
+    Config('resnet18', 'resnet', resnet18, partial(image_batches, bs=128, size=32, channels=3), image_loss, sgd, 0.05),
     Config('vit', 'transformer', vit, partial(image_batches, bs=64, channels=3), image_loss, adamw, 1e-3,
            attention=tuple(f'encoder.layers.encoder_layer_{i}.self_attention' for i in range(3)), inputs=_first),
     Config('gpt2', 'transformer', gpt2, token_batches, gpt_loss, adamw, 1e-3,
            attention=tuple(f'transformer.h.{i}.attn' for i in range(4)), inputs=_same, mask=causal_mask),
     Config('bert', 'transformer', bert, token_batches, masked_loss, adamw, 1e-3,
            attention=tuple(f'bert.encoder.layer.{i}.attention.self' for i in range(3)), inputs=_same),
-    Config('lstm', 'rnn', LSTMLM, token_batches, next_token_loss, adamw, 3e-3),
+    Config('lstm', 'rnn', LSTMLM, token_batches, next_token_loss, adamw, 1e-2),
 ]}
 
 # %% ../nbs/10h_zoo.ipynb #d14d977f
@@ -373,7 +374,7 @@ def run_zoo(which=None, steps=STEPS, progress=None):
         if progress is not None: progress(res[-1])
     return res
 
-# %% ../nbs/10h_zoo.ipynb #29d99f8a
+# %% ../nbs/10h_zoo.ipynb #4bd0e573
 def _short(names, n=3, width=34):
     "The first `n` of `names`, each cut to its last `width` characters, and how many more."
     cut = [nm if len(nm) <= width else '…' + nm[-(width - 1):] for nm in names[:n]]
@@ -383,12 +384,13 @@ def confusion_table(results):
     "The text table of `results`: one line per case."
     w = max([24] + [len(r.case.name) + 2 for r in results])
     e = max([10] + [len(r.expected or '') + 2 for r in results])
-    lines = [f"{'case':<{w}}{'kind':<15}{'moment':<9}{'expected':<{e}}{'verdict':<13}{'others':>6}  {'goal':<6}other flagged layers"]
+    lines = [f"{'case':<{w}}{'kind':<15}{'moment':<9}{'loss':<19}{'expected':<{e}}{'verdict':<13}{'others':>6}  {'goal':<6}other flagged layers"]
     for r in results:
         kind = 'healthy' if r.healthy else FAULTS[r.case.fault].kind
         expected = '-' if r.healthy else repr(r.expected) if r.expected == '' else r.expected
         verdict = ('clean' if not r.others else 'false flags') if r.healthy else 'caught' if r.caught else 'missed'
-        lines.append(f"{r.case.name:<{w}}{kind:<15}{r.case.moment:<9}{expected:<{e}}{verdict:<13}{len(r.others):>6}  "
+        loss = f"{r.losses[0]:.3g}" + ('' if len(r.losses) == 1 else f" -> {r.losses[-1]:.3g}")
+        lines.append(f"{r.case.name:<{w}}{kind:<15}{r.case.moment:<9}{loss:<19}{expected:<{e}}{verdict:<13}{len(r.others):>6}  "
                      f"{'yes' if r.goal else 'no':<6}{_short(r.others)}")
     return '\n'.join(lines)
 
