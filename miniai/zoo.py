@@ -210,7 +210,7 @@ def collapse_head(model, layer, head=0, factor=100.):
     p, idx = query_weights(find_module(model, layer), head)
     p[idx] *= factor
 
-# %% ../nbs/10h_zoo.ipynb #9544d733
+# %% ../nbs/10h_zoo.ipynb #835e5bf2
 @dataclass
 class Fault:
     "A fault of `kind` in configuration `config`: `inject(model)` at init (or before training step `step`), a learning rate `lr` replacing the configuration's, the `ActivationStats` options `stats` it needs; the verdict must name `layer` ('': the model as a whole). It is judged at its `moments`."
@@ -254,6 +254,17 @@ FAULTS = {f.name: f for f in [
     _scaled('bert/layer.1.intermediate x100', 'bert', BERT_FC, 100., 'scale_up'),
     Fault('bert/layer.1 head 0 collapsed', 'bert', 'head_collapse', BERT_ATTN, partial(collapse_head, layer=BERT_ATTN, head=0), moments=('init', 'trained')),
     _scaled('lstm/rnn1 x100', 'lstm', 'rnn1', 100., 'scale_up'),
+    _scaled('lesson11_cnn/2.0 x100', 'lesson11_cnn', '2.0', 100., 'scale_up'),
+    _scaled('tanh_mlp/1 x0.001', 'tanh_mlp', '1', 1e-3, 'scale_down'),
+    _scaled('resnet18/layer4.1.conv2 x0.001', 'resnet18', 'layer4.1.conv2', 1e-3, 'scale_down'),
+    _scaled('vit/layer_2.mlp.3 x100', 'vit', 'encoder.layers.encoder_layer_2.mlp.3', 100., 'scale_up'),
+    Fault('gpt2/h.0.mlp.c_fc bias -10', 'gpt2', 'dead_relu', 'transformer.h.0.mlp.c_fc', partial(negative_bias, layer='transformer.h.0.mlp.c_fc'), moments=('init', 'trained')),
+    Fault('vit/layer_2.mlp.0 NaN at step 6', 'vit', 'nan', 'encoder.layers.encoder_layer_2.mlp.0', partial(nan_weight, layer='encoder.layers.encoder_layer_2.mlp.0'), step=6),
+    Fault('lstm/rnn2 NaN at step 5', 'lstm', 'nan', 'rnn2', partial(nan_weight, layer='rnn2'), step=5),
+    Fault('gpt2 lr 1', 'gpt2', 'diverge', '', lr=1.),
+    Fault('relu_cnn/3.0 frozen', 'relu_cnn', 'frozen', '3.0', partial(freeze, layer='3.0'), stats=dict(param_grads=True)),
+    Fault('lesson11_cnn/2.1 detached', 'lesson11_cnn', 'detached', '2.1', partial(detach_output, layer='2.1'), stats=dict(param_grads=True)),
+    Fault('gpt2/h.3.attn head 0 collapsed', 'gpt2', 'head_collapse', 'transformer.h.3.attn', partial(collapse_head, layer='transformer.h.3.attn', head=0), moments=('init', 'trained')),
 ]}
 
 # %% ../nbs/10h_zoo.ipynb #e5c603ed
