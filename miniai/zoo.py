@@ -210,7 +210,7 @@ def collapse_head(model, layer, head=0, factor=100.):
     p, idx = query_weights(find_module(model, layer), head)
     p[idx] *= factor
 
-# %% ../nbs/10h_zoo.ipynb #835e5bf2
+# %% ../nbs/10h_zoo.ipynb #b06967d1
 @dataclass
 class Fault:
     "A fault of `kind` in configuration `config`: `inject(model)` at init (or before training step `step`), a learning rate `lr` replacing the configuration's, the `ActivationStats` options `stats` it needs; the verdict must name `layer` ('': the model as a whole). It is judged at its `moments`."
@@ -255,7 +255,7 @@ FAULTS = {f.name: f for f in [
     Fault('bert/layer.1 head 0 collapsed', 'bert', 'head_collapse', BERT_ATTN, partial(collapse_head, layer=BERT_ATTN, head=0), moments=('init', 'trained')),
     _scaled('lstm/rnn1 x100', 'lstm', 'rnn1', 100., 'scale_up'),
     _scaled('lesson11_cnn/2.0 x100', 'lesson11_cnn', '2.0', 100., 'scale_up'),
-    _scaled('tanh_mlp/1 x0.001', 'tanh_mlp', '1', 1e-3, 'scale_down'),
+    Fault('tanh_mlp/1 x0.001', 'tanh_mlp', 'scale_down', '1', partial(scale_weights, layer='1', factor=1e-3), moments=('init',)),   # training repairs it
     _scaled('resnet18/layer4.1.conv2 x0.001', 'resnet18', 'layer4.1.conv2', 1e-3, 'scale_down'),
     _scaled('vit/layer_2.mlp.3 x100', 'vit', 'encoder.layers.encoder_layer_2.mlp.3', 100., 'scale_up'),
     Fault('gpt2/h.0.mlp.c_fc bias -10', 'gpt2', 'dead_relu', 'transformer.h.0.mlp.c_fc', partial(negative_bias, layer='transformer.h.0.mlp.c_fc'), moments=('init', 'trained')),
