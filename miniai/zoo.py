@@ -21,7 +21,7 @@ from .init import GeneralRelu, get_model, init_weights
 # %% auto #0
 __all__ = []
 
-# %% ../nbs/10h_zoo.ipynb #b02abeda
+# %% ../nbs/10h_zoo.ipynb #b1b44b18
 @functools.cache
 def fashion_images(n=2048):
     "The first `n` FashionMNIST training images as floats in [0, 1], shaped (n, 1, 28, 28), and their labels; read once per process."
@@ -38,17 +38,18 @@ def image_batches(n_batches, bs=64, size=28, channels=1):
     if channels > 1: x = x.expand(-1, channels, -1, -1).contiguous()
     return [(x[i*bs:(i+1)*bs], y[i*bs:(i+1)*bs]) for i in range(n_batches)]
 
-def token_batches(n_batches, bs=8, seq=32, vocab=64, seed=0):
-    "`n_batches` batches of token ids (bs, seq): each row repeats a random pattern of 2 to 6 tokens (ids 1 to vocab-2; vocab-1 is the mask token)."
-    g = torch.Generator().manual_seed(seed)
+def token_batches(n_batches, bs=8, seq=32, vocab=64, rng=0, follow=0.8):
+    "`n_batches` batches of token ids (bs, seq), drawn from generator state `rng`: each row a walk in which a token is followed by its own successor (one fixed table for all rows) with probability `follow`, by a random token otherwise; ids 1 to vocab-2 (vocab-1 is the mask token)."
+    g = torch.Generator().manual_seed(rng)
+    successor = torch.randperm(vocab - 2, generator=g) + 1
     res = []
     for _ in range(n_batches):
-        rows = []
-        for _ in range(bs):
-            period = int(torch.randint(2, 7, (1,), generator=g))
-            pattern = torch.randint(1, vocab - 1, (period,), generator=g)
-            rows.append(pattern.repeat(seq // period + 1)[:seq])
-        res.append(torch.stack(rows))
+        ids = torch.empty(bs, seq, dtype=torch.long)
+        ids[:, 0] = torch.randint(1, vocab - 1, (bs,), generator=g)
+        for t in range(1, seq):
+            follows = torch.rand(bs, generator=g) < follow
+            ids[:, t] = torch.where(follows, successor[ids[:, t-1] - 1], torch.randint(1, vocab - 1, (bs,), generator=g))
+        res.append(ids)
     return res
 
 # %% ../nbs/10h_zoo.ipynb #bedbd238
@@ -126,7 +127,7 @@ def masked_loss(model, ids, vocab=64, p=0.15):
 def sgd(lr, momentum=0.9): return partial(torch.optim.SGD, lr=lr, momentum=momentum)
 def adamw(lr): return partial(torch.optim.AdamW, lr=lr)
 
-# %% ../nbs/10h_zoo.ipynb #4e822de0
+# %% ../nbs/10h_zoo.ipynb #22489653
 @dataclass
 class Config:
     "A healthy configuration: `build()` makes its model, `batches(n)` its first `n` batches, `loss(model, batch)` its loss, `opt(lr)(params)` its optimiser, at learning rate `lr`. A transformer lists its `attention` modules, with `inputs(batch)` (what the model is called on) and `mask(inputs)` (the keys each query may attend, for `AttentionDebugger`)."
@@ -152,14 +153,14 @@ CONFIGS = {c.name: c for c in [
     Config('lesson11_cnn', 'cnn', lesson11_cnn, partial(image_batches, bs=128), image_loss, adamw, 1e-2),
     Config('relu_cnn', 'cnn', relu_cnn, partial(image_batches, bs=128), image_loss, sgd, 0.1),
     Config('tanh_mlp', 'mlp', tanh_mlp, partial(image_batches, bs=128), image_loss, sgd, 0.1),
-    Config('resnet18', 'resnet', resnet18, partial(image_batches, bs=32, size=32, channels=3), image_loss, sgd, 0.05),
+    Config('resnet18', 'resnet', resnet18, partial(image_batches, bs=128, size=32, channels=3), image_loss, sgd, 0.05),
     Config('vit', 'transformer', vit, partial(image_batches, bs=64, channels=3), image_loss, adamw, 1e-3,
            attention=tuple(f'encoder.layers.encoder_layer_{i}.self_attention' for i in range(3)), inputs=_first),
     Config('gpt2', 'transformer', gpt2, token_batches, gpt_loss, adamw, 1e-3,
            attention=tuple(f'transformer.h.{i}.attn' for i in range(4)), inputs=_same, mask=causal_mask),
     Config('bert', 'transformer', bert, token_batches, masked_loss, adamw, 1e-3,
            attention=tuple(f'bert.encoder.layer.{i}.attention.self' for i in range(3)), inputs=_same),
-    Config('lstm', 'rnn', LSTMLM, token_batches, next_token_loss, adamw, 3e-3),
+    Config('lstm', 'rnn', LSTMLM, token_batches, next_token_loss, adamw, 1e-2),
 ]}
 
 # %% ../nbs/10h_zoo.ipynb #d14d977f
@@ -209,7 +210,7 @@ def collapse_head(model, layer, head=0, factor=100.):
     p, idx = query_weights(find_module(model, layer), head)
     p[idx] *= factor
 
-# %% ../nbs/10h_zoo.ipynb #9544d733
+# %% ../nbs/10h_zoo.ipynb #b06967d1
 @dataclass
 class Fault:
     "A fault of `kind` in configuration `config`: `inject(model)` at init (or before training step `step`), a learning rate `lr` replacing the configuration's, the `ActivationStats` options `stats` it needs; the verdict must name `layer` ('': the model as a whole). It is judged at its `moments`."
@@ -253,6 +254,17 @@ FAULTS = {f.name: f for f in [
     _scaled('bert/layer.1.intermediate x100', 'bert', BERT_FC, 100., 'scale_up'),
     Fault('bert/layer.1 head 0 collapsed', 'bert', 'head_collapse', BERT_ATTN, partial(collapse_head, layer=BERT_ATTN, head=0), moments=('init', 'trained')),
     _scaled('lstm/rnn1 x100', 'lstm', 'rnn1', 100., 'scale_up'),
+    _scaled('lesson11_cnn/2.0 x100', 'lesson11_cnn', '2.0', 100., 'scale_up'),
+    Fault('tanh_mlp/1 x0.001', 'tanh_mlp', 'scale_down', '1', partial(scale_weights, layer='1', factor=1e-3), moments=('init',)),   # training repairs it
+    _scaled('resnet18/layer4.1.conv2 x0.001', 'resnet18', 'layer4.1.conv2', 1e-3, 'scale_down'),
+    _scaled('vit/layer_2.mlp.3 x100', 'vit', 'encoder.layers.encoder_layer_2.mlp.3', 100., 'scale_up'),
+    Fault('gpt2/h.0.mlp.c_fc bias -10', 'gpt2', 'dead_relu', 'transformer.h.0.mlp.c_fc', partial(negative_bias, layer='transformer.h.0.mlp.c_fc'), moments=('init', 'trained')),
+    Fault('vit/layer_2.mlp.0 NaN at step 6', 'vit', 'nan', 'encoder.layers.encoder_layer_2.mlp.0', partial(nan_weight, layer='encoder.layers.encoder_layer_2.mlp.0'), step=6),
+    Fault('lstm/rnn2 NaN at step 5', 'lstm', 'nan', 'rnn2', partial(nan_weight, layer='rnn2'), step=5),
+    Fault('gpt2 lr 1', 'gpt2', 'diverge', '', lr=1.),
+    Fault('relu_cnn/3.0 frozen', 'relu_cnn', 'frozen', '3.0', partial(freeze, layer='3.0'), stats=dict(param_grads=True)),
+    Fault('lesson11_cnn/2.1 detached', 'lesson11_cnn', 'detached', '2.1', partial(detach_output, layer='2.1'), stats=dict(param_grads=True)),
+    Fault('gpt2/h.3.attn head 0 collapsed', 'gpt2', 'head_collapse', 'transformer.h.3.attn', partial(collapse_head, layer='transformer.h.3.attn', head=0), moments=('init', 'trained')),
 ]}
 
 # %% ../nbs/10h_zoo.ipynb #e5c603ed
@@ -342,14 +354,14 @@ def watch_heads(model, cfg, batch):
     finally:
         for h in handles: h.remove()
 
-# %% ../nbs/10h_zoo.ipynb #6764c6f9
-def run(case, steps=STEPS, seed=0):
-    "Build `case`'s model (torch seeded with `seed`), inject its fault, train it (one step at 'init', `steps` when 'trained') with `ActivationStats` attached (its defaults, plus the fault's `stats` options), watch its heads, and score the verdict (`verdict_rows`)."
+# %% ../nbs/10h_zoo.ipynb #cbffb494
+def run(case, steps=STEPS, rng=0):
+    "Build `case`'s model (torch's random numbers started at `rng`), inject its fault, train it (one step at 'init', `steps` when 'trained') with `ActivationStats` attached (its defaults, plus the fault's `stats` options), watch its heads, and score the verdict (`verdict_rows`)."
     t0 = time.perf_counter()
     cfg = CONFIGS[case.config]
     fault = FAULTS[case.fault] if case.fault else None
     n = 1 if case.moment == 'init' else steps
-    torch.manual_seed(seed)
+    torch.manual_seed(rng)
     model = cfg.build().train()
     if fault is not None and fault.inject and not fault.step: fault.inject(model)
     batches = cfg.batches(n + 1)        # the last one is for the attention debugger
@@ -377,20 +389,23 @@ def run_zoo(which=None, steps=STEPS, progress=None):
         if progress is not None: progress(res[-1])
     return res
 
-# %% ../nbs/10h_zoo.ipynb #8aa4c437
-def _short(names, n=3):
-    return ', '.join(names[:n]) + (f', ... (+{len(names) - n})' if len(names) > n else '')
+# %% ../nbs/10h_zoo.ipynb #4bd0e573
+def _short(names, n=3, width=34):
+    "The first `n` of `names`, each cut to its last `width` characters, and how many more."
+    cut = [nm if len(nm) <= width else '…' + nm[-(width - 1):] for nm in names[:n]]
+    return ', '.join(cut) + (f' (+{len(names) - n})' if len(names) > n else '')
 
 def confusion_table(results):
     "The text table of `results`: one line per case."
     w = max([24] + [len(r.case.name) + 2 for r in results])
     e = max([10] + [len(r.expected or '') + 2 for r in results])
-    lines = [f"{'case':<{w}}{'kind':<15}{'moment':<9}{'expected':<{e}}{'verdict':<13}{'others':>6}  {'goal':<6}other flagged layers"]
+    lines = [f"{'case':<{w}}{'kind':<15}{'moment':<9}{'loss':<19}{'expected':<{e}}{'verdict':<13}{'others':>6}  {'goal':<6}other flagged layers"]
     for r in results:
         kind = 'healthy' if r.healthy else FAULTS[r.case.fault].kind
         expected = '-' if r.healthy else repr(r.expected) if r.expected == '' else r.expected
         verdict = ('clean' if not r.others else 'false flags') if r.healthy else 'caught' if r.caught else 'missed'
-        lines.append(f"{r.case.name:<{w}}{kind:<15}{r.case.moment:<9}{expected:<{e}}{verdict:<13}{len(r.others):>6}  "
+        loss = f"{r.losses[0]:.3g}" + ('' if len(r.losses) == 1 else f" -> {r.losses[-1]:.3g}")
+        lines.append(f"{r.case.name:<{w}}{kind:<15}{r.case.moment:<9}{loss:<19}{expected:<{e}}{verdict:<13}{len(r.others):>6}  "
                      f"{'yes' if r.goal else 'no':<6}{_short(r.others)}")
     return '\n'.join(lines)
 
