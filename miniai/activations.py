@@ -69,10 +69,18 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
+_BOUNDED = {'Tanh': (-1., 1.), 'Sigmoid': (0., 1.), 'Hardsigmoid': (0., 1.), 'Softsign': (-1., 1.)}   # and Hardtanh, ReLU6: their own
+
+def _bounds(module):
+    "The bounds `(low, high)` of a bounded activation module (tanh, sigmoid, hardtanh, ReLU6...), else None."
+    lo, hi = getattr(module, 'min_val', None), getattr(module, 'max_val', None)    # Hardtanh and ReLU6
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi: return float(lo), float(hi)
+    return _BOUNDED.get(type(module).__name__)
+
 def _kind(module):
     "What the verdict needs to know of a hooked layer: its class name, its bounds (a bounded activation's), whether it has parameters of its own, and whether one of them trains."
     ps = list(module.parameters(recurse=False))
-    return type(module).__name__, bounds_of(module), bool(ps), any(p.requires_grad for p in ps)
+    return type(module).__name__, _bounds(module), bool(ps), any(p.requires_grad for p in ps)
 
 def _check_stats_args(bins, hi, per_channel=False):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."

@@ -25,9 +25,8 @@ from .kernel import batch_moments, row_moments, pow2_scale
 from .dumps import INDEX, index_text
 
 # %% auto #0
-__all__ = ['BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'head_findings', 'AttentionDebugger',
-           'ActivationStatsDebugger', 'LayerOutputDebugger', 'GradCAMDebugger', 'build_debugger', 'SequentialDebugger',
-           'DebugCB']
+__all__ = ['BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger',
+           'LayerOutputDebugger', 'GradCAMDebugger', 'build_debugger', 'SequentialDebugger', 'DebugCB']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, layer, arg='layer'):
@@ -265,7 +264,7 @@ def attention_stats(weights, mask=None, eps=1e-8):
     return stats
 
 
-# %% ../nbs/10c_debuggers.ipynb #95376f18
+# %% ../nbs/10c_debuggers.ipynb #a7e51f02
 def head_findings(layer, entropies, collapse=0.5, uniform=0.98, specialised=0.7, apart=10.):
     "The findings (see `miniai.findings.finding`) of the heads of attention `layer` by their normalised entropies: a head under `collapse` times the median of the layer's other heads, or `apart` times further below the maximum (1) than they are (and at least 0.2 below it), has collapsed; one above `uniform` while the others' median is under `specialised` attends evenly, at its maximum."
     res = []
@@ -279,6 +278,7 @@ def head_findings(layer, entropies, collapse=0.5, uniform=0.98, specialised=0.7,
             res.append(finding(layer, 'uniform head', e, uniform, 'normalized entropy', head=h, reference=high))
     return res
 
+# %% ../nbs/10c_debuggers.ipynb #95376f18
 @other_names
 class AttentionDebugger(ForwardDebugger):
     "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its row entropy (mean, normalised by the allowed keys of `mask`, per head), max weight and mean distribution; on the host, `findings` for a head that collapsed or attends evenly among its peer heads (`head_findings`)."

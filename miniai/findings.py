@@ -10,7 +10,7 @@ import math, re, collections
 from dataclasses import dataclass, replace
 
 # %% auto #0
-__all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'bounds_of', 'peer_key', 'verdict']
+__all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'verdict']
 
 # %% ../nbs/09e_findings.ipynb #c06762c0
 @dataclass(frozen=True)
@@ -169,18 +169,9 @@ def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, 
     return res
 
 # %% ../nbs/09e_findings.ipynb #46168139
-_BOUNDED = {'Tanh': (-1., 1.), 'Sigmoid': (0., 1.), 'Hardsigmoid': (0., 1.), 'Softsign': (-1., 1.)}   # and Hardtanh, ReLU6: their own
-
-def bounds_of(module):
-    "The bounds `(low, high)` of a bounded activation module (tanh, sigmoid, hardtanh, ReLU6...), else None."
-    lo, hi = getattr(module, 'min_val', None), getattr(module, 'max_val', None)    # Hardtanh and ReLU6
-    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi: return float(lo), float(hi)
-    return _BOUNDED.get(type(module).__name__)
-
 def peer_key(name):
     "The role of layer `name` among its peers: its name with every run of digits as `*` (`h.3.attn.c_proj` -> `h.*.attn.c_proj`)."
     return re.sub(r'\d+', '*', name)
-
 
 # %% ../nbs/09e_findings.ipynb #f85bc9c5
 def _mid(vs, upper):

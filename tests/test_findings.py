@@ -84,7 +84,8 @@ def test_old_keyword_names_set_the_threshold_fields():
 
 
 # ---------------------------------------------------------------- the verdict, on evidence dicts
-from miniai.findings import verdict, peer_key, bounds_of, format_finding
+from miniai.findings import verdict, peer_key, format_finding
+from miniai.activations import _bounds as bounds_of   # the bounds of a bounded activation, as the verdict reads them
 
 def layer(name, std, kind='Linear', **more):
     return dict(layer=name, kind=kind, std=std, mean=0., var=std**2, first_std=more.pop('first_std', std), zeros=0., **more)
