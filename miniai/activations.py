@@ -69,6 +69,19 @@ def get_min(h):
     return h1[0] / h1.sum(0).clamp(min=1e-12)
 
 # %% ../nbs/10_activations.ipynb #64651dbf
+_BOUNDED = {'Tanh': (-1., 1.), 'Sigmoid': (0., 1.), 'Hardsigmoid': (0., 1.), 'Softsign': (-1., 1.)}   # and Hardtanh, ReLU6: their own
+
+def _bounds(module):
+    "The bounds `(low, high)` of a bounded activation module (tanh, sigmoid, hardtanh, ReLU6...), else None."
+    lo, hi = getattr(module, 'min_val', None), getattr(module, 'max_val', None)    # Hardtanh and ReLU6
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo < hi: return float(lo), float(hi)
+    return _BOUNDED.get(type(module).__name__)
+
+def _kind(module):
+    "What the verdict needs to know of a hooked layer: its class name, its bounds (a bounded activation's), whether it has parameters of its own, and whether one of them trains."
+    ps = list(module.parameters(recurse=False))
+    return type(module).__name__, _bounds(module), bool(ps), any(p.requires_grad for p in ps)
+
 def _check_stats_args(bins, hi, per_channel=False):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
     check_arg(bins, 'bins', 'ActivationStats', lo=1)
@@ -147,6 +160,7 @@ class ActivationStats(HooksCallback):
         self.per_channel = (1 if per_channel is True else None if per_channel is False else int(per_channel))
         self._auto = isinstance(hi, str)
         self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
+        self.kinds = {}   # layer -> (its class name, its bounds when a bounded activation), in the order of the first forward
         prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
 
     def before_fit(self, learn):
@@ -160,6 +174,7 @@ class ActivationStats(HooksCallback):
         self._seeds = {n: i for i, n in enumerate(self.names)}  # each layer's sample draws, the same in both phases
         self._grads_owed = dict.fromkeys(self.names, 0)         # forwards run without grad whose recomputation hooks the gradients
         self.channels = {p: {n: {} for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
+        self.kinds = {}
         self._pgrad_owed = set()                                 # (layer, parameter) whose next `.grad` belongs to a recorded forward
         for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
             if on:
@@ -170,7 +185,7 @@ class ActivationStats(HooksCallback):
         rec = recs.get(key)
         if rec is None:
             rec = recs[key] = Recorder(bins=self.bins, hi=10. if self._auto else self.hi, sample=self.sample, exact=self.exact, minmax=False,
-                                       zeros=key.startswith('grad.param.'), seed=self._seeds[name])
+                                       zeros=_is_output(key) or key.startswith('grad.param.'), seed=self._seeds[name])
         return rec
 
     def _first_hi(self, name, key, phase, t):
@@ -203,6 +218,7 @@ class ActivationStats(HooksCallback):
         name = hook.name
         phase = 'train' if self._training else 'valid'
         recs = self.recorders[phase][name]
+        if name not in self.kinds: self.kinds[name] = _kind(mod)     # what `diagnose` judges it among   # what `diagnose` judges it among
         items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
         if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
         grads = self.grads and torch.is_grad_enabled()
@@ -355,20 +371,39 @@ def _scale(stds, k):
     before = stds[:-k][~stds[:-k].isnan()]
     return (before if len(before) else ok).max().item(), ok[0].item()
 
+def _history(stds, k):
+    "A layer's history for the verdict: its largest std before the last `k` batches and that batch (NaN, None when none is before), its first std and its largest (NaN when unknown)."
+    ok = stds[~stds.isnan()]
+    if not len(ok): return math.nan, None, math.nan, math.nan
+    before = stds[:-k].nan_to_num(-1.)
+    if not len(before) or before.max() < 0: return math.nan, None, ok[0].item(), ok.max().item()
+    return before.max().item(), int(before.argmax()), ok[0].item(), ok.max().item()
+
 def _row(layer, rec, tail, th, relative=False, param=None):
-    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches: an output (its std judged against the layer's own scale when `relative`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
+    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
     k = max(1, int(round(len(rec) * tail)))
     m = rec.moments
     has = m.count[-k:] > 0                # batches with finite values
     def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
     bad = rec.nonfinite
     row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
+    row['zeros'] = avg(torch.where(m.count > 0, m.zeros / m.count.clamp(min=1), math.nan)) if rec.zeros else math.nan
+    row['overflow'] = row['saturated']      # the fraction beyond the histogram's range (`saturated`: its name in the course's plots)
     total = int((m.count + bad).sum())
     if param is not None:
-        row['dead'] = row['saturated'] = math.nan       # a histogram's bins say nothing about a weight
+        row['dead'] = row['saturated'] = row['overflow'] = math.nan       # a histogram's bins say nothing about a weight
         found = judge(layer, nonfinite=row['nonfinite'], total=total, thresholds=th)
         n, z = int(m.count[-k:].sum()), m.zeros[-k:].sum().item()
         if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
+    elif relative is None:
+        found = []
+        peak, peak_batch, first, top = _history(rec.stds, k)
+        i0 = int(has_any.nonzero()[0, 0]) if (has_any := m.count > 0).any() else None      # its first batch with finite values
+        at_first = None if i0 is None else dict(mean=rec.means[i0].item(), std=rec.stds[i0].item(), var=m.var[i0].item(),
+                                                 zeros=(m.zeros[i0] / m.count[i0]).item() if rec.zeros else math.nan)
+        row['evidence'] = dict(layer=layer, std=row['std'], mean=row['mean'], var=avg(rec.moments.var), zeros=row['zeros'], overflow=row['overflow'],
+                               hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first, max_std=top, first=at_first,
+                               first_bad=int(bad.nonzero()[0, 0]) if row['nonfinite'] else None)
     else:
         peak, first = _scale(rec.stds, k) if relative else (None, None)
         found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total,
@@ -379,24 +414,54 @@ def _row(layer, rec, tail, th, relative=False, param=None):
             if f['measure'] == 'nonfinite': f['batch'] = batch
     return row, found
 
+def _judge_rows(rows, kinds, grads, th):
+    "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward (`grads`: {layer: 'frozen' or 'none'}, the layers no gradient reached): each row's findings, its notes, and the layer it is downstream of (None). Returns the row of the model as a whole ('') when the verdict has one (it diverged), else None."
+    order = {n: i for i, n in enumerate(kinds)}
+    rows = sorted(rows, key=lambda r: order.get(r['layer'], len(order)))      # stable: the layers' order where the forward's is unknown
+    evidence = [dict(r.pop('evidence'), grads=grads.get(r['layer']), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None,) * 4))))
+                for r in rows]
+    found, notes = verdict(evidence, th)
+    for r in rows:
+        fs = found[r['layer']]
+        r['findings'], r['notes'] = fs, notes[r['layer']]
+        r['downstream'] = next((f['downstream'] for f in fs if f.get('downstream') is not None), None)
+        batch = next((e['first_bad'] for e in evidence if e['layer'] == r['layer']), None)
+        for f in fs:
+            if f['measure'] == 'nonfinite': f['batch'] = batch
+    if '' not in found: return None
+    return dict(layer='', mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
+                output=None, findings=found[''], notes=[], downstream=None)
+
+@fc.patch
+def _no_grads(self:ActivationStats, phase, kinds):
+    "{layer: 'frozen' (no parameter requires grad) or 'none' (no `.grad` recorded)} for the layers with parameters that no gradient reached, when `param_grads` recorded the others' (training only)."
+    if not getattr(self, 'param_grads', False) or phase != 'train': return {}
+    recs = self.recorders['train']
+    got = {n for n, rs in recs.items() if any(k.startswith('grad.param.') and r.n_batches for k, r in rs.items())}
+    if not got: return {}
+    return {n: 'frozen' if not k[3] else 'none' for n, k in kinds.items() if k[2] and n not in got and recs.get(n)}
+
 @fc.patch
 def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', relative=None, **limits):
-    "One row per layer and output stream (and recorded parameter) over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `judge`, with `thresholds` changed by `limits`) and the `flags` they give. `relative` (default: with `hi='auto'`) judges each std against the layer's own scale."
-    if relative is None: relative = self._auto
-    if not isinstance(relative, bool): raise TypeError(f"diagnose: `relative` is True, False or None (True with hi='auto'), got {relative!r}")
+    "One row per layer and output stream (and recorded parameter) over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `verdict`, with `thresholds` changed by `limits`), the `flags` they give, `notes` (values beyond the histogram's range) and `downstream`, the layer whose trouble this row's follows. `relative=False` judges by the absolute limits of `judge` instead, `relative=True` each std against the layer's own scale."
+    if relative is not None and not isinstance(relative, bool): raise TypeError(f"diagnose: `relative` is None (the verdict), True or False, got {relative!r}")
     if isinstance(tail, bool) or not isinstance(tail, numbers.Real) or not 0 < tail <= 1:   # NaN fails `0 < tail` too
         raise ValueError(f"diagnose: `tail` is the fraction of the recorded batches to read, from the last, in (0, 1] (0.1: the last tenth), got {tail!r}")
     if phase not in _PHASES: raise ValueError(f"diagnose: `phase` is 'train' or 'valid', got {phase!r}")
+    if 'saturated' in limits and 'overflow' not in limits: limits['overflow'] = limits['saturated']   # its name before it was called a note
     th = thresholds.but(**limits) if limits else thresholds
-    rows = []
+    rows, firsts = [], []
     for name in self.names:
         streams = _streams(self.recorders[phase].get(name, {}))
         if not streams:
-            row = dict(layer=name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0)
+            row = dict(layer=name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan)
             found = [finding(name, 'not recorded', None, None)]
             found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
             streams = [(None, (row, found))]
         else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
+        for key, (row, found) in streams[1:]:     # a further output (an LSTM's h and c): the verdict reads the first; these, NaN/Inf
+            e = row.pop('evidence', None)
+            if e is not None: found += [dict(f, batch=e['first_bad']) for f in judge(row['layer'], nonfinite=e['nonfinite'], total=e['total'], thresholds=th)]
         recs = self.recorders[phase].get(name, {})
         pnames = [k[6:] for k in recs if k.startswith('param.')] + [k[11:] for k in recs if k.startswith('grad.param.')]
         for pn in dict.fromkeys(pnames):   # the layer's parameters (`weights`), each followed by its gradient (`param_grads`)
@@ -405,24 +470,59 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
                 if rec is not None and rec.n_batches: streams.append((key, _row(label, rec, tail, th, param=kind)))
         for key, (row, found) in streams:
             row['output'], row['findings'] = key, found
-            row['flags'] = list(dict.fromkeys(_flag(f) for f in found))
+            row.setdefault('notes', []); row.setdefault('downstream', None)
+            if 'evidence' in row: firsts.append(row)
             rows.append(row)
-    first = min((f for r in rows for f in r['findings'] if 'batch' in f), key=lambda f: f['batch'], default=None)
+    kinds = getattr(self, 'kinds', {})     # statistics loaded from a folder have none: peers by name only
+    kinds = {**kinds, **{n: kinds.get(n, (None,) * 4) for n in self.names}}
+    model = _judge_rows(firsts, kinds, self._no_grads(phase, kinds), th) if firsts else None
+    if model is not None: rows.insert(0, model)
+    for row in rows:
+        if relative is None:   # the verdict is about the model: what was not recorded is a note about the recording
+            row['notes'] = [f for f in row['findings'] if f['issue'] in ('not recorded', 'skipped')] + row['notes']
+            row['findings'] = [f for f in row['findings'] if f['issue'] not in ('not recorded', 'skipped')]
+        row['flags'] = list(dict.fromkeys(_flag(f) for f in row['findings'] if f.get('downstream') is None))
+    order = {n: i for i, n in enumerate(kinds)}       # the first NaN/Inf: the earliest batch, then the first layer the forward reached
+    first = min(((f['batch'], order.get(r['layer'].split('[')[0], len(order)), i, f) for i, r in enumerate(rows) for f in r['findings']
+                 if f.get('batch') is not None), key=lambda x: x[:3], default=(None,) * 4)[-1]
     if first is not None: first['first'] = True     # the first NaN/Inf of the run: the earliest batch, the first layer in it
     return rows
 
+
+
 # %% ../nbs/10_activations.ipynb #2764b131
+def _num(v):
+    "A number as the table shows it: 3 decimals, or 3 significant digits when large or tiny (a gradient's); 'nan', 'inf'."
+    if v != v or abs(v) == math.inf: return str(v)
+    return f'{v:.3g}' if abs(v) >= 1e5 or 0 < abs(v) < 5e-4 else f'{v:.3f}'
+
+def _flags_text(r):
+    "What the flags column says of row `r`: its flags, or the layer it is downstream of, or 'ok'."
+    if r.get('downstream') is not None:
+        own = dict.fromkeys(_flag(f) for f in r.get('findings', ()) if f.get('downstream') is not None)
+        return f"downstream of {r['downstream'] or 'the model'} ({', '.join(own)})"
+    unrecorded = [_flag(f) for f in r.get('notes', ()) if f['issue'] in ('not recorded', 'skipped')]
+    return ', '.join(r['flags']) or (f"({', '.join(unrecorded)})" if unrecorded else 'ok')
+
 def format_diagnosis(rows):
-    "The rows of `diagnose` as a fixed-width text table; the layer column is as wide as the longest name (at least 14). A last line says where the first NaN/Inf appeared, when one did."
-    w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
-    lines = [f"{'layer':<{w}}{'mean':>10}{'std':>10}{'dead':>7}{'sat':>7}{'NaN/Inf':>9}  flags"]
-    def num(v): return f'{v:.3g}' if abs(v) >= 1e5 or 0 < abs(v) < 5e-4 else f'{v:.3f}'   # tiny ones (a gradient's) keep 3 digits
-    for r in rows:
-        lines.append(f"{str(r['layer']):<{w}}{num(r['mean']):>10}{num(r['std']):>10}{r['dead']:>7.2f}{r['saturated']:>7.2f}"
-                     f"{r['nonfinite']:>9}  {', '.join(r['flags']) or 'ok'}")
+    "The rows of `diagnose` as a fixed-width text table: every column at least as wide as its widest entry and a space (the layer column at least 14), so that numbers stay in line at any name length or sign. Last lines: the notes (values beyond the histogram's range), and where the first NaN/Inf appeared, when one did."
+    # (header, the entry of a row, its alignment, its least width): a column grows to its widest entry and a space
+    cols = [('layer', lambda r: str(r['layer']) or '(the model)', '<', 14), ('mean', lambda r: _num(r['mean']), '>', 10),
+            ('std', lambda r: _num(r['std']), '>', 10), ('dead', lambda r: f"{r['dead']:.2f}", '>', 7),
+            ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>', 7), ('over', lambda r: f"{r.get('overflow', r['saturated']):.2f}", '>', 7),
+            ('NaN/Inf', lambda r: str(r['nonfinite']), '>', 9)]
+    cells = [[get(r) for _, get, _, _ in cols] for r in rows]
+    widths = [max([least, len(h) + 1] + [len(c[i]) + 1 for c in cells]) for i, (h, _, _, least) in enumerate(cols)]
+    def line(texts, last): return ''.join(f'{t:{a}{w}}' for t, w, (_, _, a, _) in zip(texts, widths, cols)) + '  ' + last
+    lines = [line([h for h, _, _, _ in cols], 'flags')] + [line(c, _flags_text(r)) for c, r in zip(cells, rows)]
+    notes = [f for r in rows for f in r.get('notes', ()) if f['issue'] == 'overflow']
+    if notes:
+        over = ', '.join(f"{f['layer']} ({f['value']:.0%})" for f in notes)
+        lines.append(f"note: values beyond the histogram's range (over): {over}; the picture is clipped, not the layers (hi='auto' picks the range from the data)")
     first = next((f for r in rows for f in r.get('findings', ()) if f.get('first')), None)
     if first is not None: lines.append(f"first NaN/Inf: layer {first['layer']}, batch {first['batch']} (of the recorded batches, from 0)")
     return '\n'.join(lines)
+
 
 # %% ../nbs/10_activations.ipynb #72c07230
 @fc.patch

@@ -264,10 +264,24 @@ def attention_stats(weights, mask=None, eps=1e-8):
     return stats
 
 
+# %% ../nbs/10c_debuggers.ipynb #a7e51f02
+def head_findings(layer, entropies, collapse=0.5, uniform=0.98, specialised=0.7, apart=10.):
+    "The findings (see `miniai.findings.finding`) of the heads of attention `layer` by their normalised entropies: a head under `collapse` times the median of the layer's other heads, or `apart` times further below the maximum (1) than they are (and at least 0.2 below it), has collapsed; one above `uniform` while the others' median is under `specialised` attends evenly, at its maximum."
+    res = []
+    for h, e in enumerate(entropies):
+        others = [v for i, v in enumerate(entropies) if i != h and v == v]
+        if e != e or not others: continue
+        low, high = sorted(others)[(len(others) - 1) // 2], sorted(others)[len(others) // 2]     # their middle (two: the one nearer to `e`)
+        if e < collapse * low or (1 - e > 0.2 and 1 - e > apart * (1 - low)):
+            res.append(finding(layer, 'collapsed head', e, collapse * low, 'normalized entropy', head=h, reference=low, ratio=collapse))
+        elif e > uniform and high < specialised:
+            res.append(finding(layer, 'uniform head', e, uniform, 'normalized entropy', head=h, reference=high))
+    return res
+
 # %% ../nbs/10c_debuggers.ipynb #95376f18
 @other_names
 class AttentionDebugger(ForwardDebugger):
-    "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its row entropy (mean, normalised by the allowed keys of `mask`, per head), max weight and mean distribution."
+    "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its row entropy (mean, normalised by the allowed keys of `mask`, per head), max weight and mean distribution; on the host, `findings` for a head that collapsed or attends evenly among its peer heads (`head_findings`)."
     def __init__(self, layer, weights_index=1, eps=1e-8, mask=None):
         super().__init__(layer)
         self.weights_index = _check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
@@ -283,7 +297,7 @@ class AttentionDebugger(ForwardDebugger):
             attn = output[self.weights_index] if len(output) > self.weights_index else None
             if attn is None:
                 return {'error': f'{type(module).__name__} returned no attention weights (item {self.weights_index} of its output); '
-                                 'call it with need_weights=True'}
+                                 'call it with need_weights=True (a Hugging Face model: load it with attn_implementation=\'eager\'; its default sdpa attention returns no weights)'}
         if (err := output_error(attn, 'Attention weights')): return err
         weights = as_float(attn)
         return {'attention_map': weights.clone(), 'attention_stats': attention_stats(weights, self.mask, self.eps), 'layer_name': self.layer}
@@ -291,6 +305,8 @@ class AttentionDebugger(ForwardDebugger):
         "Entropies and max weights as Python floats (per head: lists), the map and the mean distribution as CPU tensors; a `warning` when `mask` disagrees with the weights."
         res = super().to_host(results)
         st = as_lists(res.get('attention_stats'), 'entropy_per_head', 'normalized_entropy_per_head', 'max_attention_per_head')
+        heads = st.get('normalized_entropy_per_head') if isinstance(st, dict) else None
+        if heads: res['findings'] = head_findings(self.layer, heads)
         if isinstance(st, dict) and st.get('masked_weight', 0) > 1e-3:
             res['warning'] = (f"AttentionDebugger({self.layer!r}): rows give up to {st['masked_weight']:.3g} of their weight to keys that mask= excludes: "
                               "mask= must be True (1) where a key may be attended; an inverted mask (key_padding_mask) reads ~mask")

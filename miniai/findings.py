@@ -6,11 +6,11 @@ Docs: https://miniai.github.io/miniai/findings.html.md"""
 
 # %% ../nbs/09e_findings.ipynb #0396ad56
 from __future__ import annotations
-import math
+import math, re, collections
 from dataclasses import dataclass, replace
 
 # %% auto #0
-__all__ = ['THRESHOLDS', 'Thresholds', 'judge']
+__all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'verdict']
 
 # %% ../nbs/09e_findings.ipynb #c06762c0
 @dataclass(frozen=True)
@@ -28,6 +28,10 @@ class Thresholds:
     clipped: float|None = None           # run-wide: the `clipped`-th percentile (0..100) equals the max
     vanishing_ratio: float|None = 0.1    # relative (a layer judged at its own scale): std below this fraction of its peak std
     exploding_ratio: float|None = 100.   # relative: std above this many times its first batch's std
+    peers: float|None = 10.              # the verdict: a std this many times above (or below) its peers'
+    below_zero: float|None = 3.          # the verdict: a mean this many stds below 0 (a ReLU after it cannot fire)
+    at_bounds: float|None = 0.8          # the verdict: a bounded activation's variance above this fraction of the most its bounds allow
+    overflow: float|None = 0.05          # a note: the fraction of |x| beyond the histogram's range (`hi`)
 
     def __post_init__(self):
         for name in ('sat_low', 'sat_high'):
@@ -49,7 +53,8 @@ class Thresholds:
         lo, hi = self.vanishing_ratio, self.exploding_ratio
         if lo is not None and hi is not None and lo >= hi:
             raise ValueError(f"Thresholds: `vanishing_ratio` ({lo!r}) must be below `exploding_ratio` ({hi!r})")
-        for name in ('dead', 'sparse', 'saturated'):
+        if self.peers is not None and self.peers <= 1: raise ValueError(f"Thresholds: `peers` is a ratio of stds, above 1 (None: no check), got {self.peers!r}")
+        for name in ('dead', 'sparse', 'saturated', 'at_bounds', 'overflow'):
             v = getattr(self, name)
             if v is not None and v > 1: raise ValueError(f"Thresholds: `{name}` is a fraction, at most 1, got {v!r}")
         if self.clipped is not None and self.clipped > 100: raise ValueError(f"Thresholds: `clipped` is a percentile, at most 100, got {self.clipped!r}")
@@ -77,15 +82,32 @@ _SENTENCES = {
     'narrow range': "{layer} has a very narrow range: max - min is {value:.3g} (< {threshold})",
     'skewed': "{layer} is skewed: |mean| is {value:.3g} times its std (> {threshold})",
     'clipped': "{layer} looks clipped: its {measure} {value:.3g} equals its max",
+    'no gradient': "{layer} gets no gradient",
+    'collapsed head': "{layer} head {head} has collapsed: its normalised entropy {value:.2f} is far under its peer heads' ({reference:.2f}), so each query attends to one or two keys whatever it asks: check the init of its query and key weights, or lower the learning rate",
+    'uniform head': "{layer} head {head} attends evenly: its normalised entropy {value:.2f} stays at its maximum while its peer heads' is {reference:.2f}: it has found nothing to attend to; check its inputs (the mask, the positions) and the scale of its query and key weights",
     'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
     'skipped': "{layer}: output {output} was skipped: {value}",
-    'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled"}
+    'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled",
+    'overflow': "{layer}: {value:.1%} of its values are beyond the histogram's range (|x| >= {hi:g}): the picture is clipped, not the layer; hi='auto' picks the range from the data"}
 
 # a std judged against the layer's own scale (`judge`'s `peak_std`, `first_std`): the sentence names the reference
 _RELATIVE = {
     'vanishing': "{layer} is vanishing: its std {value:.3g} is below {ratio:g} x its peak std {reference:.3g}",
     'exploding': "{layer} is exploding: its std {value:.3g} is above {ratio:g} x its first batch's std {reference:.3g}"}
+
+# the verdict (`verdict`): each finding names its evidence, and says what to try
+_EVIDENCE = {
+    ('exploding', 'peers'): "{layer} is exploding{since}: its std {value:.3g} is {ratio:.0f}x {its_peers} ({reference:.3g}): {advice}",
+    ('vanishing', 'peers'): "{layer} is vanishing{since}: its std {value:.3g} is 1/{ratio:.0f} of {its_peers} ({reference:.3g}): {advice}",
+    ('exploding', 'diverged'): "the model diverged: the std of {grown} of its {layers} layers grew over {threshold_ratio}x from their first batch ({top}: {reference:.3g} to {value:.3g}): {advice}",
+    ('no gradient', 'frozen'): "{layer} is frozen: none of its parameters requires grad, so it never learns: {advice}",
+    ('no gradient', 'no grad'): "{layer} gets no gradient: its parameters require grad, but no .grad reached them in the batches recorded: {advice}",
+    ('exploding', 'history'): "{layer} is exploding: its std grew {ratio:.0f}x over the run, from {reference:.3g} to {value:.3g}: {advice}",
+    ('vanishing', 'history'): "{layer} collapsed: its std {value:.3g} is 1/{ratio:.0f} of its peak {reference:.3g} (batch {peak_batch}): {advice}",
+    ('dead', 'zeros'): "{layer} is dead: {value:.1%} of its values are exactly 0: {advice}",
+    ('dead', 'below zero'): "{layer} is dead behind a ReLU: its mean {mean:.3g} is {value:.1f} stds below 0, so at most {positive:.1%} of its values are positive: {advice}",
+    ('saturated', 'bounds'): "{layer} saturates: its values pile at its bounds [{low:g}, {high:g}] (variance {var:.3g}, {value:.0%} of the most they allow at mean {mean:.3g}): {advice}"}
 
 
 # %% ../nbs/09e_findings.ipynb #af82ed75
@@ -98,8 +120,13 @@ def format_finding(f):
     "The sentence for finding `f`."
     total, value = f.get('total'), f['value']
     finite = total - value if isinstance(total, int) and isinstance(value, int) else None
-    text = _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']]
-    return text.format(**{**f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    text = _EVIDENCE.get((f['issue'], f.get('evidence'))) or (
+           _RELATIVE[f['issue']] if f.get('reference') is not None and f['issue'] in _RELATIVE else _SENTENCES[f['issue']])
+    n = f.get('peers')
+    extra = dict(since=' from its first batch' if f.get('at_first') else '', its_peers="its peer's" if n == 1 else f"its {n} peers'", threshold_ratio=f"{f['threshold'] / f['reference']:g}" if f.get('reference') else '')
+    text = text.format(**{**extra, **f, 'layer': f['layer'] or 'the model', 'finite': finite})   # '' names the model itself
+    if f.get('downstream') is not None: return f"{f['layer'] or 'the model'} is downstream of {f['downstream'] or 'the model'}, in trouble first: look there first ({text})"
+    return text if f.get('evidence') or not f.get('advice') else f"{text}: {f['advice']}"
 
 # %% ../nbs/09e_findings.ipynb #70586877
 def _known(v): return v is not None and not (isinstance(v, float) and math.isnan(v))
@@ -140,3 +167,151 @@ def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, 
         limit = getattr(t, field)
         if _known(v) and limit is not None and v > limit: res.append(finding(layer, issue, v, limit, field))
     return res
+
+# %% ../nbs/09e_findings.ipynb #46168139
+def peer_key(name):
+    "The role of layer `name` among its peers: its name with every run of digits as `*` (`h.3.attn.c_proj` -> `h.*.attn.c_proj`)."
+    return re.sub(r'\d+', '*', name)
+
+# %% ../nbs/09e_findings.ipynb #f85bc9c5
+def _mid(vs, upper):
+    "The middle of the numbers `vs` (their upper or lower middle when there are two)."
+    s = sorted(vs)
+    return s[len(s) // 2] if upper else s[(len(s) - 1) // 2]
+
+def _peers(layers, minimum=3):
+    "For each layer of `layers` (evidence dicts), the names of its peers: the other layers of its kind and role (`peer_key`); for a layer alone in its role, those of its kind when there are at least `minimum` with itself."
+    by_role, by_kind = collections.defaultdict(list), collections.defaultdict(list)
+    for l in layers:
+        if not _known(l['std']) and not _known(l.get('first_std')): continue
+        by_role[(l.get('kind'), peer_key(l['layer']))].append(l['layer'])
+        by_kind[l.get('kind')].append(l['layer'])
+    res = {}
+    for l in layers:
+        role = by_role.get((l.get('kind'), peer_key(l['layer'])), [])
+        kind = by_kind.get(l.get('kind'), [])
+        group = role if len(role) >= 2 else kind if len(kind) >= minimum else []
+        res[l['layer']] = [n for n in group if n != l['layer']]
+    return res
+
+def _evidence(layer, issue, value, threshold, measure, advice, **more):
+    return finding(layer, issue, value, threshold, measure, evidence=measure, advice=advice, **more)
+
+_ADVICE = dict(init="check the init of this layer (the scale of its weights)",
+               lr="lower the learning rate (or clip the gradients)",
+               collapse="lower the learning rate, or normalise (BatchNorm, LayerNorm) and init for the activation (Kaiming)",
+               bias="check the bias and init of this layer, or lower the learning rate",
+               bounds="scale down what feeds it (its init, a normalisation before it)",
+               nonfinite="look at this layer at that batch: a log or a division of 0, a learning rate too high, an fp16 overflow",
+               frozen="set requires_grad=True on its parameters if it should train",
+               cut="look for a .detach(), a torch.no_grad() or an in-place op in or after this layer's forward")
+
+def _at_rest(name, zeros, mean, std, var, l, first, t):
+    "The findings of a layer's values at one time (the end of the run, or its first batch): exact zeros, a mean far below 0, values at its bounds."
+    res = []
+    zero_init = l.get('params') and first == 0 and _known(std) and std == 0    # zero from its first batch, with weights: zero-initialised (LoRA's B)
+    if t.dead is not None and _known(zeros) and zeros > t.dead and not zero_init:
+        res.append(_evidence(name, 'dead', zeros, t.dead, 'zeros', _ADVICE['bias']))
+    elif t.below_zero is not None and _known(mean) and _known(std) and mean < -t.below_zero * std and l.get('bounds') is None:
+        res.append(_evidence(name, 'dead', -mean / std if std > 0 else math.inf, t.below_zero, 'below zero', _ADVICE['bias'], mean=mean, std=std,
+                             positive=std**2 / (std**2 + mean**2)))
+    b = l.get('bounds')
+    if b is not None and t.at_bounds is not None and _known(var) and _known(mean):
+        room = (b[1] - mean) * (mean - b[0])
+        if room > 0 and var / room > t.at_bounds:
+            res.append(_evidence(name, 'saturated', var / room, t.at_bounds, 'bounds', _ADVICE['bounds'], low=b[0], high=b[1], mean=mean, var=var))
+    return res
+
+def _own(l, t, peers_first):
+    "The findings of evidence dict `l` from its own numbers: NaN/Inf, its history (`peers_first`: its peers' first stds), exact zeros, a mean far below 0, values at its bounds."
+    name, std, mean = l['layer'], l['std'], l.get('mean')
+    res = judge(name, nonfinite=l.get('nonfinite', 0), total=l.get('total'), thresholds=t)
+    for f in res: f['advice'], f['batch'] = _ADVICE['nonfinite'], l.get('first_bad')
+    if res and res[0]['issue'] == 'no finite values': return res
+    peak, first = l.get('peak_std'), l.get('first_std')
+    if t.vanishing_ratio is not None and _known(std) and _known(peak) and peak > 0 and std < t.vanishing_ratio * peak:
+        res.append(_evidence(name, 'vanishing', std, t.vanishing_ratio * peak, 'history', _ADVICE['collapse'], reference=peak,
+                             ratio=peak / max(std, 1e-300), peak_batch=l.get('peak_batch')))
+    starts = [v for v in peers_first if _known(v)]
+    start = max(first, _mid(starts, False)) if starts and _known(first) else first    # a layer that starts near 0 grows from where its peers started
+    if t.exploding_ratio is not None and _known(std) and _known(first) and first > 0 and _known(start) and start > 0 and std > t.exploding_ratio * start:
+        res.append(_evidence(name, 'exploding', std, t.exploding_ratio * start, 'history', _ADVICE['lr'], reference=start, ratio=std / start))
+    now = _at_rest(name, l.get('zeros'), mean, std, l.get('var'), l, first, t)
+    then = {f['issue'] for f in _at_rest(name, **{k: (l.get('first') or {}).get(k) for k in ('zeros', 'mean', 'std', 'var')}, l=l, first=first, t=t)}
+    for f in now:
+        if f['issue'] in then: f['at_first'] = True      # so from its first batch: the cause of what follows
+    res += now
+    if l.get('grads') == 'frozen': res.append(_evidence(name, 'no gradient', 0, 0, 'frozen', _ADVICE['frozen']))
+    elif l.get('grads') == 'none': res.append(_evidence(name, 'no gradient', 0, 0, 'no grad', _ADVICE['cut']))
+    return res
+
+def _against_peers(name, key, by_name, peers, order, skip, t):
+    "A finding when statistic `key` ('std', or 'first_std': at the first batch) of layer `name` is `t.peers` times above or below its peers' (those before it in the forward; the first judged by those after it only when further from unit scale than they are: else the jump is after it). `skip`: peers not to judge by."
+    std = by_name[name].get(key)
+    if t.peers is None or not _known(std) or std <= 0: return None
+    usable = [p for p in peers[name] if p not in skip and _known(by_name[p].get(key)) and by_name[p][key] > 0]
+    before = [p for p in usable if order[p] < order[name]]
+    ref = [by_name[p][key] for p in (before or usable)]
+    if len(ref) < (1 if before else 2): return None
+    above, below = _mid(ref, True), _mid(ref, False)
+    if not before and abs(math.log(std)) <= abs(math.log(above if std > above else below)): return None
+    at = dict(at_first=True) if key == 'first_std' else {}
+    if std > t.peers * above:
+        return _evidence(name, 'exploding', std, t.peers * above, 'peers', _ADVICE['init'], reference=above, ratio=std / above, peers=len(ref), **at)
+    if std < below / t.peers:
+        return _evidence(name, 'vanishing', std, below / t.peers, 'peers', _ADVICE['init'], reference=below, ratio=below / std, peers=len(ref), **at)
+
+def _diverged(layers, t):
+    "The finding of the model as a whole (layer '') when at least half of its layers (three or more) grew `exploding_ratio` times from their first std before the end or a NaN/Inf: the learning rate, not a layer."
+    grown = [l for l in layers if _known(l.get('max_std')) and _known(l.get('first_std')) and l['first_std'] > 0 and t.exploding_ratio is not None
+             and l['max_std'] > t.exploding_ratio * l['first_std']]
+    known = [l for l in layers if _known(l.get('first_std')) and l['first_std'] > 0]
+    if len(grown) < 3 or 2 * len(grown) < len(known): return None
+    top = max(grown, key=lambda l: l['max_std'] / l['first_std'])
+    return _evidence('', 'exploding', top['max_std'], t.exploding_ratio * top['first_std'], 'diverged', _ADVICE['lr'], reference=top['first_std'],
+                     ratio=top['max_std'] / top['first_std'], grown=len(grown), layers=len(known), top=top['layer'])
+
+_NAN = {'nonfinite values', 'no finite values'}
+_SCALE = {'exploding', 'vanishing', 'dead', 'saturated'}
+_LEADS = {'exploding': _SCALE | _NAN, 'saturated': _SCALE | _NAN, 'vanishing': {'vanishing', 'dead'}, 'dead': {'vanishing', 'dead'},
+          'nonfinite values': _NAN, 'no finite values': _NAN, 'no gradient': {'no gradient'}}    # what trouble in a layer brings after it
+
+def verdict(layers, thresholds=THRESHOLDS):
+    "The findings of each layer among the others: `layers` are evidence dicts in forward order (`layer`, `kind`, `std`, `mean`, `var`, `first_std`, `peak_std`, `peak_batch`, `max_std`, `zeros`, `bounds`, `params`, `grads`, `overflow`, `hi`, `nonfinite`, `total`, `first_bad`). Returns `({layer: findings}, {layer: notes})`, with the layer '' (the model as a whole) when it diverged; each finding of a layer whose trouble follows another's is marked `downstream` (that layer)."
+    t, by_name = thresholds, {l['layer']: l for l in layers}
+    peers, order = _peers(layers), {l['layer']: i for i, l in enumerate(layers)}
+    found = {l['layer']: _own(l, t, [by_name[p].get('first_std') for p in peers[l['layer']]]) for l in layers}
+    # a layer after the first one in trouble of its own may be its consequence: no reference for the others
+    first_own = next((i for i, l in enumerate(layers) if found[l['layer']]), len(layers))
+    suspect = {l['layer'] for l in layers[first_own + 1:]}
+    for l in layers:       # among its peers: from its first batch (its init), and now
+        name, res = l['layer'], found[l['layer']]
+        if {f['issue'] for f in res} & {'exploding', 'vanishing', 'no finite values'}: continue
+        f = _against_peers(name, 'first_std', by_name, peers, order, (), t) or \
+            _against_peers(name, 'std', by_name, peers, order, () if name in suspect else suspect, t)
+        if f is not None: res.append(f)
+    notes = {}
+    for l in layers:
+        o = l.get('overflow')
+        notes[l['layer']] = [finding(l['layer'], 'overflow', o, t.overflow, 'overflow', hi=l.get('hi'))] if t.overflow is not None and _known(o) and o > t.overflow else []
+    # the cause: the trouble seen first (at the first batch, the first NaN/Inf, then the rest at the end), the first layer the forward
+    # reached; gradients flow backwards, so a gradient cut shows first at the last layer without one. The others are downstream of it.
+    def when(name):
+        fs = found[name]
+        if any(f.get('at_first') for f in fs): return (0, order[name])
+        if any(f.get('batch') is not None for f in fs): return (1 + min(f['batch'] for f in fs if f.get('batch') is not None), order[name])
+        if all(f['issue'] == 'no gradient' for f in fs): return (math.inf, -order[name])
+        return (math.inf, order[name])
+    bad = sorted((n for n in found if found[n]), key=when)
+    diverged = _diverged(layers, t)
+    causes = []
+    if diverged is not None and not (bad and when(bad[0])[0] == 0):    # a fault at init that makes it diverge is the cause
+        found[''], causes = [diverged], ['']
+    for name in bad:           # downstream of the first cause whose trouble leads to this one's, else a cause of its own
+        issues = {f['issue'] for f in found[name]}
+        up = next((c for c in causes if issues <= set().union(*(_LEADS.get(f['issue'], ()) for f in found[c]))), None)
+        if up is None: causes.append(name)
+        else:
+            for f in found[name]: f['downstream'] = up
+    return found, notes
+

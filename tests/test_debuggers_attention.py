@@ -197,3 +197,34 @@ def test_heads_averaged_weights_one_map_and_one_normalised_entropy():
         axs = dbg.plot(res, item=1)
         assert len(axs) == 1 and axs[0].get_title().startswith('attn\nH/Hmax 1.00')
     finally: plt.close('all')
+
+
+def _gpt2(attn='eager'):
+    tr = _quiet_transformers()
+    torch.manual_seed(0)
+    return tr.GPT2Model(tr.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=16, attn_implementation=attn))
+
+def test_a_collapsed_head_is_flagged_and_its_healthy_peers_are_not():
+    "GPT-2's head 2 in block 1 with its queries x100: its softmax turns nearly one-hot, and only it is flagged, with what to try."
+    from miniai.findings import format_finding
+    gpt, ids = _gpt2(), torch.randint(0, 50, (2, 16))
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()[None]
+    healthy = AttentionDebugger('h.1.attn', mask=mask)({'inputs': ids}, gpt)
+    assert healthy['findings'] == [] and min(healthy['attention_stats']['normalized_entropy_per_head']) > 0.9
+    with torch.no_grad(): gpt.h[1].attn.c_attn.weight[:, 2 * 8:3 * 8] *= 100
+    res = AttentionDebugger('h.1.attn', mask=mask)({'inputs': ids}, gpt)
+    assert [(f['issue'], f['head']) for f in res['findings']] == [('collapsed head', 2)]
+    text = format_finding(res['findings'][0])
+    assert text.startswith('h.1.attn head 2 has collapsed: its normalised entropy') and 'check the init of its query and key weights' in text
+
+def test_head_findings_collapsed_uniform_and_specialised_heads():
+    from miniai.debuggers import head_findings
+    assert head_findings('a', [0.9999, 0.9999, 0.57, 0.9999])[0]['head'] == 2          # far below heads at the maximum
+    assert head_findings('a', [0.4, 0.8, 0.6, 0.7]) == []                               # trained heads of different widths
+    assert head_findings('a', [0.3, 0.34, 0.2, 0.25]) == []                             # all sharp together: positional heads
+    assert [(f['issue'], f['head']) for f in head_findings('a', [0.999, 0.4, 0.5, 0.45])] == [('uniform head', 0)]
+    assert head_findings('a', [0.5]) == [] and head_findings('a', [math.nan, 0.5, 0.5]) == []
+
+def test_hugging_face_sdpa_attention_names_eager():
+    res = AttentionDebugger('h.0.attn')({'inputs': torch.randint(0, 50, (2, 16))}, _gpt2('sdpa'))
+    assert "attn_implementation='eager'" in res['error'], res

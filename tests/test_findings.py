@@ -81,3 +81,44 @@ def test_old_keyword_names_set_the_threshold_fields():
     from miniai.findings import format_finding
     assert format_finding(new[2]) == 'fc looks clipped: its p99 3.05 equals its max'
     assert check_statistics(stats, vanishing_std=None) == []                                  # all three off by default
+
+
+# ---------------------------------------------------------------- the verdict, on evidence dicts
+from miniai.findings import verdict, peer_key, format_finding
+from miniai.activations import _bounds as bounds_of   # the bounds of a bounded activation, as the verdict reads them
+
+def layer(name, std, kind='Linear', **more):
+    return dict(layer=name, kind=kind, std=std, mean=0., var=std**2, first_std=more.pop('first_std', std), zeros=0., **more)
+
+def test_peer_key_and_bounds():
+    assert peer_key('transformer.h.11.attn.c_proj') == 'transformer.h.*.attn.c_proj' and peer_key('layer3.0.conv2') == 'layer*.*.conv*'
+    from torch import nn
+    assert bounds_of(nn.Tanh()) == (-1., 1.) and bounds_of(nn.ReLU6()) == (0., 6.) and bounds_of(nn.Hardtanh(-2, 3)) == (-2., 3.)
+    assert bounds_of(nn.ReLU()) is None and bounds_of(nn.Linear(2, 2)) is None
+
+def test_verdict_peers_by_role_and_downstream():
+    "Output projections small by design are judged among themselves; a layer 30x its peers is named, what it feeds is downstream."
+    ls = []
+    for i in range(4):
+        ls += [layer(f'h.{i}.fc', 0.17 * (30 if i == 2 else 1)), layer(f'h.{i}.proj', 0.03 * (20 if i == 2 else 1))]
+    found, notes = verdict(ls)
+    flagged = {n: [f['issue'] for f in fs] for n, fs in found.items() if fs and not fs[0].get('downstream')}
+    assert flagged == {'h.2.fc': ['exploding']}
+    assert [f['downstream'] for f in found['h.2.proj']] == ['h.2.fc']
+    assert format_finding(found['h.2.fc'][0]) == "h.2.fc is exploding from its first batch: its std 5.1 is 30x its 2 peers' (0.17): check the init of this layer (the scale of its weights)"
+
+def test_verdict_zero_init_growth_and_divergence():
+    zero = layer('b.2', 0.5, first_std=0., params=True)             # zero at first (LoRA's B), grown to its peers' scale
+    ls = [layer('b.0', 1.), layer('b.1', 1.), zero, layer('b.3', 1.)]
+    assert not any(verdict(ls)[0].values())
+    grown = [dict(layer(f'b.{i}', 500.), first_std=1., max_std=1e6) for i in range(4)]   # every layer 100x and more: the learning rate
+    found, _ = verdict(grown)
+    assert [f['issue'] for f in found['']] == ['exploding'] and 'lower the learning rate' in format_finding(found[''][0])
+    assert all(f.get('downstream') == '' for n in ('b.0', 'b.1') for f in found[n])
+
+def test_verdict_dead_below_zero_and_saturated():
+    relu_in = dict(layer('c.1', 1.), mean=-50.)                       # 50 stds below 0: a ReLU after it passes nothing
+    tanh = dict(layer('t', 0.97, kind='Tanh', bounds=(-1., 1.)), var=0.95)
+    found, _ = verdict([layer('c.0', 1.), relu_in, layer('c.2', 1.), tanh])
+    assert [f['issue'] for f in found['c.1']] == ['dead'] and format_finding(found['c.1'][0]).startswith('c.1 is dead behind a ReLU: its mean -50 is 50.0 stds below 0')
+    assert [f['issue'] for f in found['t']] == ['saturated'] and 'downstream' not in found['t'][0]     # a dead layer does not saturate one after it
