@@ -19,26 +19,31 @@ except ImportError:          # a torch without Triton (CPU wheels, macOS): the t
 # %% auto #0
 __all__ = ['triton_serves', 'count_launches', 'triton_pass', 'triton_moments', 'triton_moments_hist', 'triton_moments_sketch']
 
-# %% ../nbs/09c2_triton.ipynb #b2c068c4
+# %% ../nbs/09c2_triton.ipynb #8296768f
+def _interpreting():
+    "Whether Triton runs its kernels in its interpreter in this process: `TRITON_INTERPRET=1` when Triton was first imported (its own library functions were made then; ours must run the same way)."
+    return triton is not None and isinstance(tl.zeros, InterpretedFunction)
+
 def _jit(fn):
-    "`fn` as a Triton kernel (compiled for the GPU, or run by Triton's interpreter when `TRITON_INTERPRET=1` was set before Triton's import), not specialised on its integer arguments (each size, stride and count would compile another variant); None without Triton."
+    "`fn` as a Triton kernel (compiled for the GPU, or run by Triton's interpreter, as Triton's own functions are), not specialised on its integer arguments (each size, stride and count would compile another variant); None without Triton."
     if triton is None: return None
     import inspect
     ints = [p for p, v in inspect.signature(fn).parameters.items() if 'constexpr' not in str(v.annotation) and not p.endswith('_ptr')]
-    return triton.jit(fn, do_not_specialize=ints)
+    if _interpreting(): return InterpretedFunction(fn, do_not_specialize=ints)
+    return triton.runtime.jit.JITFunction(fn, do_not_specialize=ints)
 
 def _f64(bits):
     "The float64 whose bits are the integer kernel argument `bits` (a Python float would reach the kernel as a float32)."
     return bits.to(tl.int64).to(tl.float64, bitcast=True)
-if triton is not None: _f64 = triton.jit(_f64)
+if triton is not None: _f64 = InterpretedFunction(_f64) if _interpreting() else triton.runtime.jit.JITFunction(_f64)
 
-_PART = 10   # a program's partial row: count, +inf, -inf, zeros, low, high, mean, m2, min, max
+_PART = 12   # a program's partial row: count, +inf, -inf, zeros, low, high, mean, m2, min, max, and the mean as a base plus an offset
 
-# %% ../nbs/09c2_triton.ipynb #14d21a9a
+# %% ../nbs/09c2_triton.ipynb #5abd4181
 @_jit
 def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, size3, stride0, stride1, stride2, stride3,
                  low_bits, high_bits, scale_bits, skmul_bits, skkey0_bits, skdiv_bits, sk_k,
-                 BLOCK: tl.constexpr, IS_F64: tl.constexpr, DENSE: tl.constexpr, HIST: tl.constexpr, NB: tl.constexpr,
+                 BLOCK: tl.constexpr, IS_F64: tl.constexpr, IS_BF16: tl.constexpr, DENSE: tl.constexpr, HIST: tl.constexpr, NB: tl.constexpr,
                  TOP: tl.constexpr, HIST_F32: tl.constexpr, SKETCH: tl.constexpr):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -52,10 +57,11 @@ def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, siz
     cnt = tl.full([], 0, tl.int64)           # the program's finite values so far, their mean and m2
     mean = tl.full([], 0., tl.float64)
     m2 = tl.full([], 0., tl.float64)
-    pinf = tl.zeros([BLOCK], tl.int32)       # lane by lane, reduced once at the end
-    ninf = tl.zeros([BLOCK], tl.int32)
-    nzero = tl.zeros([BLOCK], tl.int32)
-    nlow = tl.zeros([BLOCK], tl.int32)
+    base = tl.full([], 0., tl.float64)      # the mean again, as the first tile's rounded mean plus a small offset
+    off = tl.full([], 0., tl.float64)
+    # lane by lane, reduced once at the end; two counts to an int32 (a lane counts at most one value per tile: fewer than 2^15 tiles)
+    infs = tl.zeros([BLOCK], tl.int32)       # +Inf, and -Inf << 16
+    zlow = tl.zeros([BLOCK], tl.int32)       # zeros, and |x| < low << 16
     nhigh = tl.zeros([BLOCK], tl.int32)
     mn = tl.zeros([BLOCK], inf.dtype) + inf
     mx = -mn
@@ -76,14 +82,14 @@ def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, siz
         raw = tl.load(ptrs, mask=m, other=0.)
         if IS_F64:
             x = raw.to(tl.float64)
+        elif IS_BF16:                        # a bfloat16's bits are the top half of its float32's (subnormals too)
+            x = (raw.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
         else:
             x = raw.to(tl.float32)
         a = tl.abs(x)
         fin = m & (a < inf)
-        pinf += (m & (x == inf)).to(tl.int32)
-        ninf += (m & (x == -inf)).to(tl.int32)
-        nzero += (m & (x == 0)).to(tl.int32)
-        nlow += (m & (a < low)).to(tl.int32)
+        infs += (m & (x == inf)).to(tl.int32) + ((m & (x == -inf)).to(tl.int32) << 16)
+        zlow += (m & (x == 0)).to(tl.int32) + ((m & (a < low)).to(tl.int32) << 16)
         nhigh += (fin & (a >= high)).to(tl.int32)
         mn = tl.minimum(mn, tl.where(fin, x, inf))
         mx = tl.maximum(mx, tl.where(fin, x, -inf))
@@ -102,20 +108,27 @@ def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, siz
         S = tl.sum(d, 0)
         Q = tl.sum(d * d, 0)
         corr = S / kf
-        mb = mt + corr
         m2b = tl.maximum(Q - S * corr, 0.)
         if IS_F64:
-            mb = mb / s
+            mt = mt / s
+            corr = corr / s
             m2b = m2b / s / s
-        # Chan's merge into the program's running moments (a tile without finite values changes nothing)
+        mb = mt + corr
+        # Chan's merge into the program's running moments (a tile without finite values changes nothing). The tile means
+        # merge as offsets from the first one's `mt` (`mt - base` is exact when they are close), so that a mean far from 0
+        # costs no precision in the deviations between tiles
         kk = k.to(tl.int64)
         tot = cnt + kk
         totf = tl.maximum(tot, 1).to(tl.float64)
         wa = cnt.to(tl.float64) / totf
         wb = kk.to(tl.float64) / totf
-        g = (mb - mean) * tl.sqrt(cnt.to(tl.float64) * wb)
-        mean = tl.where(kk > 0, tl.where(cnt > 0, mean * wa + mb * wb, mb), mean)
-        m2 = tl.where(kk > 0, tl.where(cnt > 0, m2 + m2b + g * g, m2b), m2)
+        rel = (mt - base) + corr
+        g = (rel - off) * tl.sqrt(cnt.to(tl.float64) * wb)
+        first = cnt == 0
+        mean = tl.where(kk > 0, tl.where(first, mb, mean * wa + mb * wb), mean)
+        m2 = tl.where(kk > 0, tl.where(first, m2b, m2 + m2b + g * g), m2)
+        off = tl.where(kk > 0, tl.where(first, corr, off * wa + rel * wb), off)
+        base = tl.where(kk > 0, tl.where(first, mt, base), base)
         cnt = tot
         if HIST:                              # bin min(|x| * scale, bins) as the loops take it: NaN and Inf in the top bin
             if HIST_F32:
@@ -140,21 +153,23 @@ def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, siz
             key = tl.where(gv > 0, kb + j, kb - j).to(tl.int64)
             put = fin & (gv != 0)
             tl.atomic_add(sk_ptr + tl.where(put, key, 0), tl.full([BLOCK], 1., tl.float64), mask=put)
-    base = part_ptr + pid                     # the partial row, field-major: the merge loads each field as one vector
-    tl.store(base, cnt.to(tl.float64))
-    tl.store(base + nprog, tl.sum(pinf, 0).to(tl.float64))
-    tl.store(base + 2 * nprog, tl.sum(ninf, 0).to(tl.float64))
-    tl.store(base + 3 * nprog, tl.sum(nzero, 0).to(tl.float64))
-    tl.store(base + 4 * nprog, tl.sum(nlow, 0).to(tl.float64))
-    tl.store(base + 5 * nprog, tl.sum(nhigh, 0).to(tl.float64))
-    tl.store(base + 6 * nprog, mean)
-    tl.store(base + 7 * nprog, m2)
-    tl.store(base + 8 * nprog, tl.min(mn, 0).to(tl.float64))
-    tl.store(base + 9 * nprog, tl.max(mx, 0).to(tl.float64))
+    row = part_ptr + pid                      # the partial row, field-major: the merge loads each field as one vector
+    tl.store(row, cnt.to(tl.float64))
+    tl.store(row + nprog, tl.sum(infs & 0xFFFF, 0).to(tl.float64))
+    tl.store(row + 2 * nprog, tl.sum(infs >> 16, 0).to(tl.float64))
+    tl.store(row + 3 * nprog, tl.sum(zlow & 0xFFFF, 0).to(tl.float64))
+    tl.store(row + 4 * nprog, tl.sum(zlow >> 16, 0).to(tl.float64))
+    tl.store(row + 5 * nprog, tl.sum(nhigh, 0).to(tl.float64))
+    tl.store(row + 6 * nprog, mean)
+    tl.store(row + 7 * nprog, m2)
+    tl.store(row + 8 * nprog, tl.min(mn, 0).to(tl.float64))
+    tl.store(row + 9 * nprog, tl.max(mx, 0).to(tl.float64))
+    tl.store(row + 10 * nprog, base)
+    tl.store(row + 11 * nprog, off)
     if HIST:
         tl.store(hist_ptr + pid * NB + tl.arange(0, NB), hacc)
 
-# %% ../nbs/09c2_triton.ipynb #18e2925b
+# %% ../nbs/09c2_triton.ipynb #b733031b
 @_jit
 def _merge_kernel(part_ptr, hist_ptr, out_ptr, hout_ptr, sk_ptr, n, nprog, sk_k,
                   P: tl.constexpr, HIST: tl.constexpr, NB: tl.constexpr, NOUT: tl.constexpr, CH: tl.constexpr,
@@ -173,16 +188,25 @@ def _merge_kernel(part_ptr, hist_ptr, out_ptr, hout_ptr, sk_ptr, n, nprog, sk_k,
     nan = tl.full([], 0x7FF8000000000000, tl.int64).to(tl.float64, bitcast=True)
     mn = tl.min(tl.load(part_ptr + 8 * nprog + i, mask=m, other=inf), 0)
     mx = tl.max(tl.load(part_ptr + 9 * nprog + i, mask=m, other=-inf), 0)
+    bases = tl.load(part_ptr + 10 * nprog + i, mask=m, other=0.)
+    offs = tl.load(part_ptr + 11 * nprog + i, mask=m, other=0.)
     ntot = tl.sum(cnt, 0)
     has = cnt > 0
-    lo_m = tl.min(tl.where(has, means, inf), 0)
-    hi_m = tl.max(tl.where(has, means, -inf), 0)
-    same = lo_m == hi_m                      # every program's mean the same: deviations exactly 0
     w = cnt / tl.maximum(ntot, 1.)
-    mean = tl.where(same, hi_m, tl.sum(tl.where(has, means * w, 0.), 0))
-    d = tl.where(same, 0., tl.where(has, means - mean, 0.))
+    plain = tl.sum(tl.where(has, means * w, 0.), 0)
+    # the programs' means as offsets from the first base (exact differences when the bases are close)
+    first = tl.min(tl.where(has, i, P), 0)
+    ref = tl.sum(tl.where(i == first, bases, 0.), 0)
+    rel = tl.where(has, (bases - ref) + offs, 0.)
+    lo_m = tl.min(tl.where(has, rel, inf), 0)
+    hi_m = tl.max(tl.where(has, rel, -inf), 0)
+    same = lo_m == hi_m                      # every program's mean the same: deviations exactly 0
+    off = tl.where(same, hi_m, tl.sum(rel * w, 0))
+    d = tl.where(same, 0., tl.where(has, rel - off, 0.))
     g = d * tl.sqrt(cnt)                     # squared last: overflows only if the result does
     m2 = tl.sum(m2s, 0) + tl.sum(g * g, 0)
+    mean = ref + off
+    mean = tl.where((mean - mean) == 0, mean, plain)   # the offsets overflowed (means of ±1e308): the plain weighted mean
     const = mn == mx                         # a constant, or no finite value (then mean and m2 are 0)
     mean = tl.where(ntot > 0, tl.where(const, mn, mean), 0.)
     m2 = tl.where(ntot > 0, tl.where(const, 0., m2), 0.)
@@ -221,7 +245,7 @@ def _merge_kernel(part_ptr, hist_ptr, out_ptr, hout_ptr, sk_ptr, n, nprog, sk_k,
         zc = sk_ptr + sk_k
         tl.store(zc, tl.load(zc) + nzero)
 
-# %% ../nbs/09c2_triton.ipynb #9b2674ed
+# %% ../nbs/09c2_triton.ipynb #36e57b2c
 def _bits(v):
     "The bits of float `v` as a float64, as an int."
     return struct.unpack('<q', struct.pack('<d', float(v)))[0]
@@ -247,7 +271,7 @@ def _strides(x):
     dims = [(1, 0)] * (4 - len(dims)) + dims
     return [sz for sz, _ in dims], [st for _, st in dims]
 
-_BLOCK, _CH = 2048, 16
+_BLOCK, _WARPS, _CH = 2048, 8, 16   # tile values, warps per program of the first launch, partial histograms summed at a time
 _PROGRAMS = {}
 _local = threading.local()
 
@@ -255,20 +279,16 @@ def _max_programs(device):
     "The first launch's programs at most: 4 per streaming multiprocessor on a GPU, 4 in the interpreter."
     key = str(device)
     if key not in _PROGRAMS:
-        _PROGRAMS[key] = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == 'cuda' and not _interpreted() else 4
+        _PROGRAMS[key] = 4 * torch.cuda.get_device_properties(device).multi_processor_count if device.type == 'cuda' and not _interpreting() else 4
     return _PROGRAMS[key]
 
 def _pow2(v): return 1 << max(int(v) - 1, 0).bit_length()
 
-def _interpreted():
-    "Whether the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` when Triton was imported)."
-    return InterpretedFunction is not None and isinstance(_pass_kernel, InterpretedFunction)
-
-# %% ../nbs/09c2_triton.ipynb #8cefd379
+# %% ../nbs/09c2_triton.ipynb #8a043274
 def triton_serves(x):
     "Whether the Triton kernels can compute the statistics of tensor `x` here: a float tensor on a CUDA device with Triton installed, or any float tensor when the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` set before Triton's import: slow, for tests)."
     if triton is None or not isinstance(x, torch.Tensor) or not x.is_floating_point(): return False
-    return _interpreted() or x.device.type == 'cuda'
+    return _interpreting() or x.device.type == 'cuda'
 
 def _launched(n):
     c = getattr(_local, 'counters', None)
@@ -284,7 +304,7 @@ class count_launches:
         return self
     def __exit__(self, *exc): _local.counters.remove(self)
 
-# %% ../nbs/09c2_triton.ipynb #c4e86f66
+# %% ../nbs/09c2_triton.ipynb #fe187d66
 def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, sketch=None, block=None, programs=None):
     """The `Moments` row (float64 `[len(FIELDS)]`) of every value of float tensor `x` and, with `bins`, the int64 |x| histogram
     (`[bins + 2]`) of every value by bin `min(|x| * bins/high, bins)` (NaN and ±Inf in bin `bins`; bin `bins + 1` stays 0), on
@@ -301,7 +321,7 @@ def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, s
     sizes, strides = ([1, 1, 1, 1], [0, 0, 0, 0]) if dense else lay
     block = block or _BLOCK
     ntiles = -(-n // block)
-    P = max(1, min(ntiles, programs or _max_programs(dev)))
+    P = max(1, min(ntiles, programs or _max_programs(dev)), -(-ntiles // 32767))   # a lane's counts hold 15 bits
     is64 = x.dtype == torch.float64
     as_type = float if is64 else _as_f32
     hist = bins is not None
@@ -316,8 +336,8 @@ def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, s
         sk, skargs = counts, [_bits(skp[0]), _bits(skp[1]), _bits(skp[2]), int(skp[3])]
     else: sk, skargs = out, [0, 0, 0, 0]
     _pass_kernel[(P,)](x, part, hpart, sk, n, ntiles, *sizes[1:], *strides, _bits(as_type(low)), _bits(as_type(high)), _bits(scale), *skargs,
-                       BLOCK=block, IS_F64=is64, DENSE=dense, HIST=hist, NB=NB, TOP=bins if hist else 1,
-                       HIST_F32=hist and not is64 and math.frexp(scale)[0] == 0.5, SKETCH=sketch is not None)
+                       BLOCK=block, IS_F64=is64, IS_BF16=x.dtype == torch.bfloat16, DENSE=dense, HIST=hist, NB=NB, TOP=bins if hist else 1,
+                       HIST_F32=hist and not is64 and math.frexp(scale)[0] == 0.5, SKETCH=sketch is not None, num_warps=_WARPS)
     _merge_kernel[(1,)](part, hpart, out, hout if hist else hpart, sk, n, P, skargs[3], P=_pow2(P), HIST=hist, NB=NB,
                         NOUT=bins + 2 if hist else 1, CH=_CH, SKETCH=sketch is not None, ZEROS=bool(zeros), RANGES=bool(ranges), MINMAX=bool(minmax))
     _launched(2)
