@@ -135,23 +135,28 @@ class Recorder:
 
     def record(self, x):
         "Add the statistics of tensor `x` (any shape): no host sync."
-        f = flat_float(x)
+        tk = triton_for(x) if isinstance(x, torch.Tensor) and not x.is_cpu and x.numel() else None   # Triton reads it in place
+        f = flat_float(x) if tk is None else x.detach()
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n, self._device = f.numel(), f.device
         row = self._rng.randrange(TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
         hi = self.hi
-        lo, loops = hi / self.bins, loops_for(f)
-        if loops is not None:
+        lo, loops = hi / self.bins, None if tk is not None else loops_for(f)
+        if tk is None and loops is None and f.is_cpu: tk = triton_for(f)        # CPU tensors under use_kernel('triton') and Triton's interpreter
+        if tk is not None:          # one read: the moments and every value binned
+            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins)
+        elif loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, SAMPLE_RUN)
             m, raw = cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, SAMPLE_RUN,
                               float(self.bins / hi), None if self.fold else self.bins,
                               None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
-        else:       # the Triton kernel or the torch ops, on the tensor's device
-            m = device_moments(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
-            raw = None if self.fold else device_sample_bins(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
+        else:       # the torch ops, on the tensor's device
+            m = moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
+            raw = None if self.fold else sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
         self._rows.append(m)
         if raw is not None: self._raw.append(raw)
-        if type(self).after_record is not Recorder.after_record: self.after_record(f, row, m)   # a subclass's: no call otherwise
+        if type(self).after_record is not Recorder.after_record:      # a subclass's: no call otherwise
+            self.after_record(f if f.dim() == 1 else flat_float(f), row, m)
         self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()

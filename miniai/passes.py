@@ -238,32 +238,33 @@ def reset_kernel():
 _TRITON = {}                      # 'module': miniai.triton_kernel once imported, or None when it cannot be
 
 def _triton_module():
-    "`miniai.triton_kernel` (the fused kernel for CUDA tensors), or None where Triton or that module cannot be imported."
+    "`miniai.triton_kernel` (the fused kernel for CUDA tensors), or None where it cannot be imported."
     if 'module' not in _TRITON:
         try: _TRITON['module'] = importlib.import_module('miniai.triton_kernel')
         except Exception as e: _TRITON['module'], _TRITON['why'] = None, f"{type(e).__name__}: {e}"
     return _TRITON['module']
 
 def triton_for(x):
-    "The Triton kernel's module when it computes `x`'s statistics here: a CUDA tensor (by default, or under `use_kernel('triton')`), or a CPU tensor under `use_kernel('triton')` with `TRITON_INTERPRET=1`; None otherwise, and where Triton cannot run (then the torch ops record, with a note when Triton was asked for)."
-    if x.is_cpu and os.environ.get('MINIAI_KERNEL') != 'triton' and getattr(_local, 'kernel', None) != 'triton': return None   # the hot path
+    "The Triton kernel's module when it computes the statistics of float tensor `x` here: a CUDA tensor (by default, or under `use_kernel('triton')`), or a CPU tensor under `use_kernel('triton')` with Triton's interpreter (`TRITON_INTERPRET=1` before Triton's import); else None (the torch ops record; with a note when Triton was asked for and cannot serve `x`)."
     k = chosen_kernel()
-    if not (x.is_cuda and k in (None, 'triton') or x.is_cpu and k == 'triton' and os.environ.get('TRITON_INTERPRET') == '1'): return None
+    if not (x.is_cuda and k in (None, 'triton') or x.is_cpu and k == 'triton'): return None
     tk = _triton_module()
-    if tk is None and k == 'triton':
-        _note('triton', f"miniai: the Triton kernel cannot run here ({_TRITON.get('why')}); the torch ops compute the statistics")
-    return tk
+    if tk is not None and tk.triton_serves(x): return tk
+    if k == 'triton':
+        why = _TRITON.get('why') or ('Triton is not installed' if tk.triton is None else 'Triton runs CUDA tensors, and CPU tensors only in its interpreter (TRITON_INTERPRET=1)')
+        _note(('triton', x.device.type), f"miniai: the Triton kernel cannot compute the statistics of {x.device.type} tensors here ({why}); the torch ops do")
+    return None
 
 def device_moments(f, low, high, zeros=True, ranges=True, minmax=True, consts=None):
-    "`moments_torch`'s rows of flat (or 2-d) float tensor `f` on its device: from the Triton kernel where it serves `f` (see `triton_for`), else from the torch ops (`consts`: their constants, kept)."
-    tk = triton_for(f)
-    if tk is not None: return tk.moments(f, low, high, zeros, ranges, minmax)
+    "`moments_torch`'s rows of float tensor `f` on its device: the Triton kernel's one row where it serves `f` and `f` is flat (see `triton_for`), else the torch ops' (`consts`: their constants, kept)."
+    tk = triton_for(f) if f.dim() == 1 else None
+    if tk is not None: return tk.triton_moments(f, low, high, zeros, ranges, minmax)
     return moments_torch(f, low, high, zeros, ranges, minmax, consts)
 
 def device_sample_bins(f, bins, hi, idx=None, consts=None):
-    "`sample_bins_torch`'s raw bins of flat float tensor `f` on its device: from the Triton kernel where it serves `f`, else from the torch ops."
-    tk = triton_for(f)
-    if tk is not None: return tk.sample_bins(f, bins, hi, idx)
+    "`sample_bins_torch`'s raw bins of flat float tensor `f` on its device: every value binned by the Triton kernel where it serves `f` and no sample `idx` is asked for, else the torch ops' bins."
+    tk = triton_for(f) if idx is None else None
+    if tk is not None: return tk.triton_moments_hist(f, hi / bins, hi, bins)[1]
     return sample_bins_torch(f, bins, hi, idx, consts)
 
 # %% ../nbs/09c3_passes.ipynb #affc8c24

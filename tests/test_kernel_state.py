@@ -115,3 +115,42 @@ def test_reset_kernel_forgets_the_loops_and_tables_and_gets_them_ready_again():
     assert sample_table(x.numel(), 16384, 'cpu', 16) is not tab
     r.record(x)                                    # the loops again, loaded from numba's cache at once
     assert K.loops_ready() and len(r) == 2 and torch.equal(r.moments.t[0].nan_to_num(), r.moments.t[1].nan_to_num())
+
+def test_the_triton_switch_dispatches_to_the_triton_kernel_in_its_interpreter(tmp_path):
+    "`MINIAI_KERNEL=triton` with `TRITON_INTERPRET=1` (a fresh process: Triton reads it at its import): `Recorder`, `batch_moments` and a folded recorder run the Triton kernel (two launches a call) on CPU tensors, with the loops' counts, min and max and their moments within 1e-12; the histogram bins every value."
+    import os, subprocess, sys, json
+    from pathlib import Path
+    code = """
+import json, math, torch
+import miniai.kernel as K
+from miniai.triton_kernel import count_launches
+g = torch.Generator().manual_seed(0)
+xs = [torch.randn(4, 8, 20, 20, generator=g) * 3 + 1 for _ in range(3)]
+xs[1][0, 0, 0, :3] = torch.tensor([math.nan, math.inf, 0.]); xs.append(xs[0].to(memory_format=torch.channels_last)); xs.append(xs[2].transpose(1, 3).double())
+def run():
+    r, f = K.Recorder(), K.Recorder(fold=True, zeros=True)
+    for x in xs: r.record(x); f.record(x)
+    return r, f, K.batch_moments(xs[3])
+with count_launches() as c: tr, tf, tb = run()
+with K.use_kernel('loops'): lr, lf, lb = run()
+exact = [K.FIELDS.index(k) for k in ('count', 'nan', 'posinf', 'neginf', 'zeros', 'low', 'high', 'min', 'max')]
+def agree(a, b): return torch.equal(a[..., exact].nan_to_num(), b[..., exact].nan_to_num()) and torch.allclose(a, b, rtol=1e-12, equal_nan=True)
+every = torch.stack([torch.bincount(torch.clamp(x.double()[x.isfinite()].abs() * 4, max=40).long(), minlength=41) for x in xs])   # the finite values
+print(json.dumps([c.n, agree(tr.moments.t, lr.moments.t), agree(tf.total.t, lf.total.t), agree(tb.t, lb.t), torch.equal(tr.hists, every.float())]))
+"""
+    env = {**os.environ, 'TRITON_INTERPRET': '1', 'MINIAI_KERNEL': 'triton', 'PYTHONPATH': str(Path(__file__).resolve().parent.parent)}
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    if out.returncode and 'triton' in out.stderr and 'ModuleNotFoundError' in out.stderr: pytest.skip('no Triton in this torch')
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().split('\n')[-1]) == [2 * (2 * 5 + 1), True, True, True, True]
+
+def test_triton_asked_for_where_it_cannot_run_notes_it_and_the_torch_ops_record(monkeypatch):
+    "A CPU tensor without Triton's interpreter (this process): `use_kernel('triton')` records with the torch ops, after one note."
+    import miniai.passes as P
+    monkeypatch.setattr(P, '_NOTED', set())
+    x = torch.randn(1000)
+    with use_kernel('torch'): ref = batch_moments(x).t
+    if P._triton_module() is not None and P._triton_module().triton_serves(x): pytest.skip("Triton's interpreter is on in this process")
+    with use_kernel('triton'):
+        with pytest.warns(UserWarning, match='cannot compute the statistics of cpu tensors here'): got = batch_moments(x).t
+    assert torch.equal(got.nan_to_num(), ref.nan_to_num())
