@@ -13,7 +13,11 @@ import numpy as np
 from numba import njit
 
 # %% ../nbs/09c1_loops.ipynb #d7bb8b05
-OPTS = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')   # every loop's numba options, beside cache=True
+OPTS = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')   # every loop's numba options
+
+def _probe(): pass
+try: CACHE = njit(cache=True)(_probe) is not None        # numba finds a folder to cache this module's loops in (nothing compiles yet)
+except RuntimeError: CACHE = False                        # none it may write to: the loops compile in memory, in each process
 
 # %% ../nbs/09c1_loops.ipynb #c1c0625a
 # How the loops stay exact. The moments are taken in blocks of `_BLOCK` values: each block's deviations are summed around
@@ -25,7 +29,7 @@ OPTS = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')  
 # fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
 _BLOCK = 4096
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _block_loop(x, K, lo, hi, ranges, zeros):
     "Σd, Σd² (d = x - K, in float64) and, when asked, the counts of |x| < lo and |x| >= hi (`ranges`) and of x == 0 (`zeros`) of block `x` (a view of one block, read from 0: a loop from an offset into the whole array did not vectorise, 4x slower)."
     one, nil = x.dtype.type(1), x.dtype.type(0)
@@ -51,7 +55,7 @@ def _block_loop(x, K, lo, hi, ranges, zeros):
     return c, q, l, h, z
 
 # %% ../nbs/09c1_loops.ipynb #7880c54d
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _bits_loop(ints, uints, smin, smax, umax):
     "The signed min and max and the unsigned max of the bits of one block (views) and of `smin`, `smax`, `umax`."
     for i in range(ints.size):
@@ -59,7 +63,7 @@ def _bits_loop(ints, uints, smin, smax, umax):
         smin = min(smin, b); smax = max(smax, b); umax = max(umax, uints[i])
     return smin, smax, umax
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _slow_block(x, st, e):
     "`(k, mean, m2, nan, posinf, neginf, min, max)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two."
     k = nan = pinf = ninf = 0
@@ -88,7 +92,7 @@ def _slow_block(x, st, e):
     return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx
 
 # %% ../nbs/09c1_loops.ipynb #9c82da7e
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
     "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN). The values at the sorted positions `sidx` (a sketch's sample) into `g` as float64, each block's while it is in the cache."
     lo, hi = x.dtype.type(low), x.dtype.type(high)
@@ -154,7 +158,7 @@ def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
     if n == 0: out[4], out[5] = 0., 0.
 
 # %% ../nbs/09c1_loops.ipynb #604e99d5
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _bins_loop(x, idx, run, scale, hist):
     "Add the runs of `run` values starting at `idx` (all of `x` when `idx` is empty) to `hist` by bin `min(|x| * scale, bins)` (NaN in the last)."
     top = np.float64(hist.size - 2)
@@ -168,7 +172,7 @@ def _bins_loop(x, idx, run, scale, hist):
                 v = abs(np.float64(x[i])) * scale
                 hist[int(v if v < top else top)] += 1
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _keys(g, skp):
     "The `QuantileSketch` buckets (int64) of the float64 values `g`, -1 for those not finite. `skp`: 1/ln(gamma), the first key, 1/(keys per bucket) and the buckets per sign at the sketch's level."
     b = g.view(np.int64)
@@ -192,7 +196,7 @@ def _keys(g, skp):
         js[i] = np.int64(r) if abs(v) < np.inf else np.int64(-1)
     return js
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def _add_keys(js, count, counts, acc):
     "Add buckets `js` (-1: not finite, not counted) to `counts`, each weighing `count / finite values` (1 when `count` < 0); with a weight, `acc` += (finite values, their weight, sum of squared weights)."
     taken = 0
@@ -204,7 +208,7 @@ def _add_keys(js, count, counts, acc):
         acc[0] += taken; acc[1] += w * taken; acc[2] += w * w * taken
 
 # %% ../nbs/09c1_loops.ipynb #b19d5a25
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run, scale, hist, sidx, skp, counts, acc):
     "What `Recorder.record` computes on the CPU, in one call: the pass into `out`, the sample's bins into `hist` (when it has any), and the sketch sample at `sidx` (when there is one) into `counts` and `acc` (see `_add_keys`)."
     g = np.empty(sidx.size)
@@ -212,13 +216,13 @@ def record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run,
     if hist.size: _bins_loop(x, idx, run, scale, hist)
     if sidx.size: _add_keys(_keys(g, skp), out[0], counts, acc)
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
     "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
     none, g = np.empty(0, np.int64), np.empty(0)
     for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r], none, g)
 
-@njit(cache=True, **OPTS)
+@njit(cache=CACHE, **OPTS)
 def sketch_loop(x, skp, counts):
     "Every value of `x` into sketch `counts`, weight 1 (a tensor taken whole), 64K values at a time."
     for st in range(0, x.size, 65536):
@@ -242,6 +246,7 @@ def compile_loops():
 
 def cached():
     "Whether numba's disk cache holds every entry point for both float types, compiled for this machine and this file's content (read from numba's cache index; nothing is compiled or loaded)."
+    if not CACHE: return False
     try:
         from numba.core.registry import cpu_target
         magic = cpu_target.target_context.codegen().magic_tuple()

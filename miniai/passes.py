@@ -151,11 +151,11 @@ def fused_kernel(enabled=True):
 
 # %% ../nbs/09c3_passes.ipynb #14b85fa8
 def _import_loops():
-    "The module `miniai.loops`, or None when numba is missing (the torch ops then record, silently)."
+    "The module `miniai.loops`, or None when it cannot be imported: numba missing (the torch ops then record, silently), or failing (with a warning)."
     try: return importlib.import_module('miniai.loops')
     except ModuleNotFoundError as e:
-        if e.name in ('numba', 'llvmlite'): return None
-        raise
+        if e.name not in ('numba', 'llvmlite'): warnings.warn(f"miniai: the compiled CPU loops are off ({e}); torch ops compute the statistics instead")
+    except Exception as e: warnings.warn(f"miniai: the compiled CPU loops are off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
 
 def _load(state, L):
     "Compile or load the loops of module `L` (see `compile_loops`) into `state`; a warning, and the torch ops from then on, when numba cannot."
@@ -171,6 +171,7 @@ def _compile_in_background(state, L):
     "Compile the loops in a child process at the lowest priority: it imports `miniai.loops` (numpy and numba, not torch) and writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on; then load them here from that cache (or compile them here when the child could not)."
     root = os.path.dirname(os.path.dirname(os.path.abspath(L.__file__)))      # this very package, whatever the child's working folder
     try:
+        if not L.CACHE: raise OSError('no folder for numba to cache the loops in: they compile here, in memory')
         child = _spawn_idle([sys.executable, '-c', f"import sys; sys.path.insert(0, {root!r}); import miniai.loops as L; L.compile_loops()"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         child.wait(timeout=900)
@@ -206,7 +207,9 @@ def _loops(wait):
             elif wait or L.cached(): _load(state, L)
             else:
                 _note('compiling', "miniai: its compiled statistics loops are not in numba's cache yet: they compile in the background, once per "
-                      "install, and the torch ops record meanwhile (`python -m miniai.loops` compiles them ahead of time)")
+                      "install, and the torch ops record meanwhile (`python -m miniai.loops` compiles them ahead of time)" if L.CACHE else
+                      "miniai: numba has no folder it may cache its compiled statistics loops in: they compile in the background in each process, "
+                      "and the torch ops record meanwhile (set NUMBA_CACHE_DIR to a writable folder)")
                 threading.Thread(target=_compile_in_background, args=(state, L), name='miniai-loops-compile', daemon=True).start()
     if wait: state['ready'].wait()
     return state if 'record' in state else None
