@@ -152,7 +152,7 @@ def fused_kernel(enabled=True):
 # %% ../nbs/09c3_passes.ipynb #14b85fa8
 def _import_loops():
     "The module `miniai.loops`, or None when it cannot be imported: numba missing (the torch ops then record, silently), or failing (with a warning)."
-    try: return importlib.import_module('miniai.loops')
+    try: return importlib.import_module('.loops', __package__ or 'miniai')     # this package's, under whatever name it was imported
     except ModuleNotFoundError as e:
         if e.name not in ('numba', 'llvmlite'): warnings.warn(f"miniai: the compiled CPU loops are off ({e}); torch ops compute the statistics instead")
     except Exception as e: warnings.warn(f"miniai: the compiled CPU loops are off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
@@ -246,7 +246,7 @@ _TRITON = {}                      # 'module': miniai.triton_kernel once imported
 def _triton_module():
     "`miniai.triton_kernel` (the fused kernel for CUDA tensors), or None where it cannot be imported."
     if 'module' not in _TRITON:
-        try: _TRITON['module'] = importlib.import_module('miniai.triton_kernel')
+        try: _TRITON['module'] = importlib.import_module('.triton_kernel', __package__ or 'miniai')
         except Exception as e: _TRITON['module'], _TRITON['why'] = None, f"{type(e).__name__}: {e}"
     return _TRITON['module']
 
