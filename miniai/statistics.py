@@ -179,7 +179,6 @@ def _channel_dim(t, d):
 
 class _Stream(SketchRecorder):
     "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
-    replays = True    # the buffer and channels take each tensor in `update`; what `record` keeps while the loops compile passes later, in order
     @normal_tensors()
     def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
         super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide
@@ -327,7 +326,6 @@ def _stream(self:StatisticsCollector, key, device, sname, channels=None):
         s = _Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
                     exact=self.config.exact, zeros=self.config.collect_sparsity)
         if channels is not None: s.channels = _Channels(*channels, device)
-        if self.config.max_memory_mb is not None: s.keep_ok = False   # copies kept while the loops compile would not count in the budget
         self._streams[key] = s
     return self._streams.get(key)
 

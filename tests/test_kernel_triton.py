@@ -14,7 +14,7 @@ if 'triton' not in sys.modules: os.environ['TRITON_INTERPRET'] = '1'   # Triton 
 
 import numpy as np, torch, pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from miniai.kernel import FIELDS, batch_moments, fused_kernel, loops_for, _moments_torch, _sample_bins_torch
+from miniai.kernel import FIELDS, batch_moments, use_kernel, loops_for, moments_torch, sample_bins_torch, sample_bins
 from miniai.testing import count_syncs
 import miniai.triton_kernel as TK
 from miniai.triton_kernel import triton_pass, triton_moments, triton_moments_hist, triton_moments_sketch, triton_serves, count_launches
@@ -101,8 +101,8 @@ def test_equals_the_loops_and_the_torch_ops():
     for name, x in CASES[::3]:
         f = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         row = triton_moments(x, 0.25, 10.)
-        with fused_kernel(True): loops = batch_moments(f).t
-        torch_ = _moments_torch(f.reshape(-1), 0.25, 10.)
+        with use_kernel('loops'): loops = batch_moments(f).t
+        torch_ = moments_torch(f.reshape(-1), 0.25, 10.)
         for other in (loops, torch_):
             assert row[EXACT].tolist() == other[EXACT].tolist(), name
             torch.testing.assert_close(row[4:6], other[4:6], rtol=1e-12, atol=1e-300, msg=name)
@@ -151,7 +151,7 @@ def test_every_layout_reads_every_value(case):
     row, hist = triton_pass(x, 0.25, 10., bins=40, **SMALL)
     check(row, truth(x))
     c = x.contiguous().reshape(-1)
-    assert hist.tolist() == _sample_bins_torch(c.float() if c.dtype == torch.bfloat16 else c, 40, 10.).tolist()
+    assert hist.tolist() == sample_bins_torch(c.float() if c.dtype == torch.bfloat16 else c, 40, 10.).tolist()
 
 
 @here
@@ -165,14 +165,12 @@ def test_histogram_bins_every_value(dtype, bins, high):
     row, hist = triton_moments_hist(x, high / bins, high, bins)
     f = x.float() if dtype in (torch.float16, torch.bfloat16) else x
     assert hist.dtype == torch.int64 and hist.shape == (bins + 2,)
-    assert hist.tolist() == _sample_bins_torch(f, bins, high).tolist()
-    with fused_kernel(True): assert hist.tolist() == K_sample_bins(f, bins, high).tolist()
+    assert hist.tolist() == sample_bins_torch(f, bins, high).tolist()
+    with use_kernel('loops'): assert hist.tolist() == K_sample_bins(f, bins, high).tolist()
     assert hist.sum().item() == x.numel() and hist[-1].item() == 0
     check(row, truth(x, high / bins, high))
 
-def K_sample_bins(f, bins, high):
-    from miniai.kernel import _sample_bins
-    return _sample_bins(f, bins, high)
+def K_sample_bins(f, bins, high): return sample_bins(f, bins, high)
 
 
 @here
@@ -187,7 +185,7 @@ def test_sketch_buckets_equal_the_loops(level):
     counts = before.clone()
     row = triton_moments_sketch(x, 0.25, 10., counts, _skp(level), **{})
     want = before.clone()
-    with fused_kernel(True): loops_for(x)['sketch'](x.numpy(), _skp(level), want.numpy())
+    with use_kernel('loops'): loops_for(x)['sketch'](x.numpy(), _skp(level), want.numpy())
     assert counts.tolist() == want.tolist()
     assert (counts - before).sum().item() == torch.isfinite(x).sum().item()
     check(row, truth(x))
