@@ -18,9 +18,9 @@ skipped" and exits 0.
 there is no GPU.
 
 --cpu-ops: on the CPU instead, the torch operators per hook call (`miniai.testing.count_ops`) of the torch path that GPUs
-ran so far (`fused_kernel(False)`), and of the Triton path run by Triton's interpreter (its launches counted with
-`count_launches`; allocations launch nothing): the kernel functions as a hook call would run them, and the hooks themselves
-when `MINIAI_KERNEL=triton` makes them use it.
+ran so far (`use_kernel('torch')`), and of the Triton path run by Triton's interpreter (`use_kernel('triton')`; its launches
+counted with `count_launches`; allocations launch nothing): the hooks themselves, and the kernel functions alone as a hook
+call runs them.
 
 Usage (repo root): .venv/bin/python bench/bench_gpu.py [--rounds 12] [--quick] [--json FILE]
                    .venv/bin/python bench/bench_gpu.py --cpu-ops
@@ -177,7 +177,7 @@ def cuda_ms(f, reps=20):
 
 def bench_kernel(dev):
     "The statistics of one ResNet-sized activation per call: the Triton pass for a few tile sizes and warp counts, and the torch ops, as multiples of one read."
-    from miniai.kernel import _moments_torch, _sample_bins_torch
+    from miniai.kernel import moments_torch, sample_bins_torch
     x = torch.randn(256, 64, 56, 56, device=dev).relu_().to(torch.bfloat16).to(memory_format=torch.channels_last)
     gb = x.numel() * x.element_size() / 1e9
     read = cuda_ms(lambda: x.sum())
@@ -186,7 +186,7 @@ def bench_kernel(dev):
     print("|---|---|---|---|")
     def torch_ops():
         f = x.reshape(-1).float()
-        _moments_torch(f, 0.25, 10., minmax=False); _sample_bins_torch(f, 40, 10.)
+        moments_torch(f, 0.25, 10., minmax=False); sample_bins_torch(f, 40, 10.)
     t = cuda_ms(torch_ops, 5)
     print(f"| torch ops (row, and the bins of every value) | {t:.3f} | {t/read:.1f}x | {gb/t*1e3:.0f} |")
     res = {'one read': read, 'torch ops': t}
@@ -219,7 +219,7 @@ def hook_ops(model, x, kind):
     return (hooked.n - plain.n) / calls, (hooked.n - plain.n - allocs) / calls, (getattr(cl, 'n', 0) or 0) / calls
 
 def cpu_ops():
-    from miniai.kernel import fused_kernel
+    from miniai.kernel import use_kernel
     set_seed(1)
     model = baseline_cnn().train()
     x = torch.rand(256, 1, 28, 28)
@@ -227,13 +227,12 @@ def cpu_ops():
     print("| path | hook | torch ops per call (non-view) | of them launching (not allocations) | Triton launches per call |")
     print("|---|---|---|---|---|")
     for kind in ('ActivationStats', 'collector'):
-        with fused_kernel(False): o, l, t = hook_ops(model, x, kind)
-        print(f"| torch ops (`fused_kernel(False)`) | {kind} | {o:.1f} | {l:.1f} | {t:.1f} |")
+        with use_kernel('torch'): o, l, t = hook_ops(model, x, kind)
+        print(f"| torch ops (`use_kernel('torch')`) | {kind} | {o:.1f} | {l:.1f} | {t:.1f} |")
     if TK is None or not TK._interpreting(): print("(no Triton interpreter here: the Triton rows are left out)"); return
-    if os.environ.get('MINIAI_KERNEL') == 'triton':
-        for kind in ('ActivationStats', 'collector'):
-            o, l, t = hook_ops(model, x, kind)
-            print(f"| Triton (`MINIAI_KERNEL=triton`, interpreter) | {kind} | {o:.1f} | {l:.1f} | {t:.1f} |")
+    for kind in ('ActivationStats', 'collector'):
+        with use_kernel('triton'): o, l, t = hook_ops(model, x, kind)
+        print(f"| Triton (`use_kernel('triton')`, interpreter) | {kind} | {o:.1f} | {l:.1f} | {t:.1f} |")
     # the kernel functions as a hook call runs them: ActivationStats, the row and histogram of the output; the collector, the
     # row and the sketch of the input and of the output
     from miniai.sketch import QuantileSketch, _skp

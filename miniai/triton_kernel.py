@@ -310,7 +310,7 @@ class count_launches:
         return self
     def __exit__(self, *exc): _local.counters.remove(self)
 
-# %% ../nbs/09c2_triton.ipynb #cc52ec04
+# %% ../nbs/09c2_triton.ipynb #806d98c7
 def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, sketch=None, block=None, programs=None):
     """The `Moments` row (float64 `[len(FIELDS)]`) of every value of float tensor `x` and, with `bins`, the int64 |x| histogram
     (`[bins + 2]`) of every value by bin `min(|x| * bins/high, bins)` (NaN and ±Inf in bin `bins`; bin `bins + 1` stays 0), on
@@ -352,7 +352,7 @@ def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, s
     return out, hout
 
 def triton_moments(x, low, high, zeros=True, ranges=True, minmax=True):
-    "The `Moments` row (float64 `[len(FIELDS)]`) of every value of `x`, as `_moments_torch` gives it: two launches, no host sync."
+    "The `Moments` row (float64 `[len(FIELDS)]`) of every value of `x`, as `moments_torch` gives it: two launches, no host sync."
     return triton_pass(x, low, high, zeros, ranges, minmax)[0]
 
 def triton_moments_hist(x, low, high, bins, zeros=True, ranges=True, minmax=True):
