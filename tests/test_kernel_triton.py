@@ -5,8 +5,9 @@ NaN/Inf mixes, all-NaN, single values, huge and tiny magnitudes, every float typ
 sliced, expanded, offset), with the histogram and the sketch of every value equal to the loops' and the torch ops'.
 
 Every test here runs in `make test` (about 30 s: the interpreter is slow, so the tensors hold a few thousand values, and tiles of
-256 values over 3 programs make the in-program and the cross-program merges both run). The interpreter must be chosen before
-Triton is first imported: when another test of this process imported Triton first, the file runs itself in a fresh process."""
+256 values over 3 programs make the in-program and the cross-program merges both run), and one more compiles the kernels for
+an sm_90 GPU without one. The interpreter must be chosen before Triton is first imported: when another test of this process
+imported Triton first, the file runs itself in a fresh process."""
 import math, os, sys, subprocess
 from fractions import Fraction
 
@@ -229,3 +230,33 @@ def test_in_a_fresh_process():
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert 'passed' in r.stdout and 'failed' not in r.stdout
+
+
+COMPILE = r"""
+import inspect, sys, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import miniai.triton_kernel as TK
+assert not TK._interpreting()
+def signature(fn, types, consts):
+    sig = {p: types.get(p, '*fp64' if p.endswith('_ptr') else 'i64') for p in inspect.signature(fn.fn).parameters}
+    sig.update({c: 'constexpr' for c in consts})
+    return sig
+cases = [(TK._pass_kernel, {'x_ptr': '*bf16', 'hist_ptr': '*i32'}, dict(IS_F64=False, IS_BF16=True, DENSE=True, HIST=True, SKETCH=False, HIST_F32=True)),
+         (TK._pass_kernel, {'x_ptr': '*fp32', 'hist_ptr': '*i32'}, dict(IS_F64=False, IS_BF16=False, DENSE=False, HIST=True, SKETCH=False, HIST_F32=False)),
+         (TK._pass_kernel, {'x_ptr': '*fp64', 'hist_ptr': '*i32'}, dict(IS_F64=True, IS_BF16=False, DENSE=True, HIST=False, SKETCH=True, HIST_F32=False)),
+         (TK._merge_kernel, {'hist_ptr': '*i32', 'hout_ptr': '*i64'}, dict(P=1024, HIST=True, NB=64, NOUT=42, CH=16, SKETCH=True, ZEROS=True, RANGES=True, MINMAX=True))]
+for fn, types, consts in cases:
+    if fn is TK._pass_kernel: consts = dict(consts, BLOCK=TK._BLOCK, NB=64, TOP=40)
+    k = triton.compile(ASTSource(fn=fn, signature=signature(fn, types, consts), constexprs=consts), target=GPUTarget('cuda', 90, 32),
+                       options=dict(num_warps=TK._WARPS if fn is TK._pass_kernel else 4))
+    assert k.asm['cubin'], fn
+print('compiled', len(cases))
+"""
+
+def test_compiles_for_a_gpu():
+    "The kernels compile for an H100/H200 (sm_90, through Triton's own ptxas) without a GPU: the interpreter runs Python, so this is what catches code only the compiler refuses. In a process without the interpreter."
+    env = {k: v for k, v in os.environ.items() if k != 'TRITON_INTERPRET'}
+    r = subprocess.run([sys.executable, '-c', COMPILE], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode and ('ptxas' in r.stderr and 'not found' in r.stderr or 'No module named' in r.stderr): pytest.skip(r.stderr[-300:])
+    assert r.returncode == 0 and 'compiled 4' in r.stdout, r.stderr[-3000:]
