@@ -9,7 +9,8 @@ kernels, memsets and copies counted with `torch.profiler` in one hooked step, mi
 host syncs of one hooked step (`miniai.testing.count_syncs`), the peak memory, and which statistics path the hooks ran (the
 Triton kernel when `miniai.triton_kernel.count_launches` sees its launches, else the torch ops). Then the kernel alone, per
 call, on one ResNet-sized activation (bf16 channels_last, 256x64x56x56): the Triton pass (row and histogram of every value)
-and the torch ops it replaces, as multiples of one read of the same tensor, for a few tile sizes and warp counts.
+for a few tile sizes and warp counts, the pass with the sketch of every value, and the torch ops it replaces, as multiples
+of one read of the same tensor.
 
 One command a lent GPU runs in under 4 minutes; prints the device. On a machine without CUDA it prints "no CUDA device:
 skipped" and exits 0.
@@ -199,6 +200,11 @@ def bench_kernel(dev):
             print(f"| Triton pass, tiles of {block}, {warps} warps | {t:.3f} | **{t/read:.2f}x** | {gb/t*1e3:.0f} |")
             res[f'triton {block}/{warps}'] = t
     finally: TK._BLOCK, TK._WARPS = block0, warps0
+    from miniai.sketch import QuantileSketch, _skp
+    counts = QuantileSketch(level=0).counts.to(dev)
+    t = cuda_ms(lambda: TK.triton_moments_sketch(x, 0.25, 10., counts, _skp(0), zeros=False, ranges=False))
+    print(f"| Triton pass with the sketch of every value (atomics into its buckets) | {t:.3f} | **{t/read:.2f}x** | {gb/t*1e3:.0f} |")
+    res['triton sketch'] = t
     return res
 
 # ----- on the CPU: operators and launches per hook call

@@ -284,17 +284,19 @@ def _max_programs(device):
 
 def _pow2(v): return 1 << max(int(v) - 1, 0).bit_length()
 
-# %% ../nbs/09c2_triton.ipynb #0a92e09e
+# %% ../nbs/09c2_triton.ipynb #ce8fdd4a
 def triton_serves(x):
     "Whether the Triton kernels can compute the statistics of tensor `x` here: a float tensor on a CUDA device with Triton installed, or any float tensor when the kernels run in Triton's interpreter (`TRITON_INTERPRET=1` set before Triton's import: slow, for tests)."
     if triton is None or not isinstance(x, torch.Tensor) or not x.is_floating_point(): return False
     return _interpreting() or x.device.type == 'cuda'
 
-def _launching():
-    "Where the kernels launch: in the interpreter, out of sight of torch's dispatch modes (`count_ops`, `count_syncs`), since its copies of the arguments to the host and back are not what a GPU runs; nothing otherwise."
-    if not _interpreting(): return contextlib.nullcontext()
-    from torch.utils._python_dispatch import _disable_current_modes
-    return _disable_current_modes()
+def _launching(device):
+    "Where the kernels launch: on `device` (Triton launches on the current CUDA device, which need not be the tensor's); in the interpreter, out of sight of torch's dispatch modes (`count_ops`, `count_syncs`), since its copies of the arguments to the host and back are not what a GPU runs."
+    if _interpreting():
+        from torch.utils._python_dispatch import _disable_current_modes
+        return _disable_current_modes()
+    if device.type == 'cuda' and device.index != torch.cuda.current_device(): return torch.cuda.device(device)
+    return contextlib.nullcontext()
 
 def _launched(n):
     c = getattr(_local, 'counters', None)
@@ -310,7 +312,7 @@ class count_launches:
         return self
     def __exit__(self, *exc): _local.counters.remove(self)
 
-# %% ../nbs/09c2_triton.ipynb #806d98c7
+# %% ../nbs/09c2_triton.ipynb #aa68a7c5
 def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, sketch=None, block=None, programs=None):
     """The `Moments` row (float64 `[len(FIELDS)]`) of every value of float tensor `x` and, with `bins`, the int64 |x| histogram
     (`[bins + 2]`) of every value by bin `min(|x| * bins/high, bins)` (NaN and ±Inf in bin `bins`; bin `bins + 1` stays 0), on
@@ -342,7 +344,7 @@ def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, s
         sk, skargs = counts, [_bits(skp[0]), _bits(skp[1]), _bits(skp[2]), int(skp[3])]
     else: sk, skargs = out, [0, 0, 0, 0]
     flags = dict(HIST=hist, NB=NB, SKETCH=sketch is not None)
-    with _launching():
+    with _launching(dev):
         _pass_kernel[(P,)](x, part, hpart, sk, n, ntiles, *sizes[1:], *strides, _bits(as_type(low)), _bits(as_type(high)), _bits(scale),
                            *skargs, BLOCK=block, IS_F64=is64, IS_BF16=x.dtype == torch.bfloat16, DENSE=dense, TOP=bins if hist else 1,
                            HIST_F32=hist and not is64 and math.frexp(scale)[0] == 0.5, num_warps=_WARPS, **flags)
