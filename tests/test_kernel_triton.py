@@ -6,12 +6,10 @@ sliced, expanded, offset), with the histogram and the sketch of every value equa
 
 Every test here runs in `make test` (about 30 s: the interpreter is slow, so the tensors hold a few thousand values, and tiles of
 256 values over 3 programs make the in-program and the cross-program merges both run), and one more compiles the kernels for
-an sm_90 GPU without one. The interpreter must be chosen before Triton is first imported: when another test of this process
-imported Triton first, the file runs itself in a fresh process."""
+an sm_90 GPU without one. Each test sets `TRITON_INTERPRET=1` for itself: the kernels use only Triton's builtins, so the
+interpreter runs them whether Triton was imported with it or not."""
 import math, os, sys, subprocess
 from fractions import Fraction
-
-if 'triton' not in sys.modules: os.environ['TRITON_INTERPRET'] = '1'   # Triton reads it at its import, and again at each call
 
 import numpy as np, torch, pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
@@ -20,10 +18,13 @@ from miniai.testing import count_syncs
 import miniai.triton_kernel as TK
 from miniai.triton_kernel import triton_pass, triton_moments, triton_moments_hist, triton_moments_sketch, triton_serves, count_launches
 
-INTERPRETED = TK._interpreting()
 pytestmark = [pytest.mark.skipif(TK.triton is None, reason="no Triton in this torch"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]   # numpy, in the interpreter: lanes of a `where` not taken
-here = pytest.mark.skipif(not INTERPRETED, reason="Triton was imported without its interpreter in this process: see test_in_a_fresh_process")
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    "CPU tensors served by Triton's interpreter during each test (and not after it)."
+    monkeypatch.setenv('TRITON_INTERPRET', '1')
 
 SMALL = dict(block=256, programs=3)      # many tiles per program and several programs: both merges run
 EXACT = [FIELDS.index(k) for k in FIELDS if k not in ('mean', 'm2')]
@@ -88,7 +89,6 @@ def structured():
 
 CASES = list(structured())
 
-@here
 @pytest.mark.parametrize('grid', [SMALL, {}], ids=['256x3', 'default'])
 @pytest.mark.parametrize('case', range(len(CASES)), ids=[c[0] for c in CASES])
 def test_structured_against_rationals(case, grid):
@@ -96,7 +96,6 @@ def test_structured_against_rationals(case, grid):
     check(triton_pass(x, 0.25, 10., **grid)[0], truth(x))
 
 
-@here
 def test_equals_the_loops_and_the_torch_ops():
     "Counts, min and max identical to the compiled loops' and the torch ops' on the same tensors; mean and m2 within 1e-12."
     for name, x in CASES[::3]:
@@ -119,7 +118,6 @@ def values(dtype):
     mixed = st.one_of(finite, st.sampled_from(SPECIAL[dtype]), st.sampled_from([math.nan, math.inf, -math.inf]), st.floats(-10, 10, width=width))
     return st.lists(mixed, min_size=1, max_size=120).map(lambda v: torch.tensor(v, dtype=torch.float64).to(dtype))
 
-@here
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(list(SPECIAL)).flatmap(values))
 def test_random_values_against_rationals(x):
@@ -142,7 +140,6 @@ def layouts():
 
 LAYOUTS = list(layouts())
 
-@here
 @pytest.mark.parametrize('case', range(len(LAYOUTS)), ids=[c[0] for c in LAYOUTS])
 def test_every_layout_reads_every_value(case):
     "A tensor whose values fill their memory is read as its storage, any other through its strides: the same statistics as its contiguous copy."
@@ -155,7 +152,6 @@ def test_every_layout_reads_every_value(case):
     assert hist.tolist() == sample_bins_torch(c.float() if c.dtype == torch.bfloat16 else c, 40, 10.).tolist()
 
 
-@here
 @pytest.mark.parametrize('dtype,bins,high', [(torch.float32, 40, 10.), (torch.float32, 30, 7.), (torch.float64, 40, 10.),
                                              (torch.bfloat16, 40, 10.), (torch.float16, 17, 3.3)])
 def test_histogram_bins_every_value(dtype, bins, high):
@@ -174,7 +170,6 @@ def test_histogram_bins_every_value(dtype, bins, high):
 def K_sample_bins(f, bins, high): return sample_bins(f, bins, high)
 
 
-@here
 @pytest.mark.parametrize('level', [0, 2])
 def test_sketch_buckets_equal_the_loops(level):
     "Every finite value into the sketch's buckets, weight 1, added to what the counts held: the same counts as the compiled loops give."
@@ -195,7 +190,6 @@ def test_sketch_buckets_equal_the_loops(level):
     assert hist.sum().item() == x.numel()
 
 
-@here
 def test_fields_not_asked_read_nan():
     x = torch.tensor([0., 1., -3., 20., math.nan])
     d = dict(zip(FIELDS, triton_moments(x, 0.25, 10., zeros=False, ranges=False, minmax=False).tolist()))
@@ -205,7 +199,6 @@ def test_fields_not_asked_read_nan():
     assert (d['zeros'], d['low'], d['high'], d['min'], d['max']) == (1, 1, 1, -3., 20.)
 
 
-@here
 def test_two_launches_no_sync_inputs_untouched():
     x = torch.randn(2, 3, 20, 20).to(memory_format=torch.channels_last)
     x[0, 0, 0, 0] = math.nan
@@ -216,20 +209,11 @@ def test_two_launches_no_sync_inputs_untouched():
     assert x.is_contiguous(memory_format=torch.channels_last)
 
 
-def test_serves_what_it_can():
-    assert not triton_serves(torch.arange(3)) and not triton_serves(None)
-    assert triton_serves(torch.ones(3)) == INTERPRETED
+def test_serves_what_it_can(monkeypatch):
+    assert not triton_serves(torch.arange(3)) and not triton_serves(None) and triton_serves(torch.ones(3))
     with pytest.raises(TypeError, match='float tensor'): triton_pass(torch.arange(3), 0.25, 10.)
-
-
-@pytest.mark.skipif(INTERPRETED, reason='this process runs the interpreter: the tests above ran here')
-def test_in_a_fresh_process():
-    "Triton was imported without its interpreter before this file: the same tests in a process that chooses it first."
-    env = dict(os.environ, TRITON_INTERPRET='1')
-    r = subprocess.run([sys.executable, '-m', 'pytest', __file__, '-q', '-x', '-p', 'no:cacheprovider', '-p', 'no:randomly'],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert 'passed' in r.stdout and 'failed' not in r.stdout
+    monkeypatch.delenv('TRITON_INTERPRET')
+    assert triton_serves(torch.ones(3)) == TK._interpreting()     # CPU tensors only in the interpreter
 
 
 COMPILE = r"""
@@ -248,7 +232,7 @@ cases = [(TK._pass_kernel, {'x_ptr': '*bf16', 'hist_ptr': '*i32'}, dict(IS_F64=F
          (TK._merge_kernel, {'hist_ptr': '*i32', 'hout_ptr': '*i64'}, dict(P=1024, HIST=True, NB=64, NOUT=42, CH=16, SKETCH=True, ZEROS=True, RANGES=True, MINMAX=True))]
 for fn, types, consts in cases:
     if fn is TK._pass_kernel: consts = dict(consts, BLOCK=TK._BLOCK, NB=64, TOP=40)
-    k = triton.compile(ASTSource(fn=fn, signature=signature(fn, types, consts), constexprs=consts), target=GPUTarget('cuda', 90, 32),
+    k = triton.compile(ASTSource(fn=fn.compiled, signature=signature(fn, types, consts), constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=TK._WARPS if fn is TK._pass_kernel else 4))
     assert k.asm['cubin'], fn
 print('compiled', len(cases))
