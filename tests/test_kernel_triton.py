@@ -4,9 +4,10 @@ relative of the rational truth, on structured tensors (NaN columns and strides, 
 NaN/Inf mixes, all-NaN, single values, huge and tiny magnitudes, every float type), on every layout (channels_last, transposed,
 sliced, expanded, offset), with the histogram and the sketch of every value equal to the loops' and the torch ops'.
 
-Every test here runs in `make test` (about 30 s: the interpreter is slow, so the tensors hold a few thousand values, and tiles of
+Every test here runs in `make test` on CPU tensors (about 30 s: the interpreter is slow, so the tensors hold a few thousand values, and tiles of
 256 values over 3 programs make the in-program and the cross-program merges both run), and one more compiles the kernels for
-an sm_90 GPU without one. Each test sets `TRITON_INTERPRET=1` for itself: the kernels use only Triton's builtins, so the
+an sm_90 GPU without one; where CUDA is available, each also runs on CUDA tensors with the compiled kernel (`-k cuda`
+selects those). Each test sets `TRITON_INTERPRET=1` for itself: the kernels use only Triton's builtins, so the
 interpreter runs them whether Triton was imported with it or not."""
 import math, os, sys, subprocess
 from fractions import Fraction
@@ -26,6 +27,8 @@ def interpreter(monkeypatch):
     "CPU tensors served by Triton's interpreter during each test (and not after it)."
     monkeypatch.setenv('TRITON_INTERPRET', '1')
 
+DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])   # cpu: the interpreter; cuda: the compiled kernel
+ON = pytest.mark.parametrize('dev', DEVICES)
 SMALL = dict(block=256, programs=3)      # many tiles per program and several programs: both merges run
 EXACT = [FIELDS.index(k) for k in FIELDS if k not in ('mean', 'm2')]
 
@@ -89,18 +92,20 @@ def structured():
 
 CASES = list(structured())
 
+@ON
 @pytest.mark.parametrize('grid', [SMALL, {}], ids=['256x3', 'default'])
 @pytest.mark.parametrize('case', range(len(CASES)), ids=[c[0] for c in CASES])
-def test_structured_against_rationals(case, grid):
+def test_structured_against_rationals(case, grid, dev):
     name, x = CASES[case]
-    check(triton_pass(x, 0.25, 10., **grid)[0], truth(x))
+    check(triton_pass(x.to(dev), 0.25, 10., **grid)[0], truth(x))
 
 
-def test_equals_the_loops_and_the_torch_ops():
+@ON
+def test_equals_the_loops_and_the_torch_ops(dev):
     "Counts, min and max identical to the compiled loops' and the torch ops' on the same tensors; mean and m2 within 1e-12."
     for name, x in CASES[::3]:
         f = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        row = triton_moments(x, 0.25, 10.)
+        row = triton_moments(x.to(dev), 0.25, 10.).cpu()
         with use_kernel('loops'): loops = batch_moments(f).t
         torch_ = moments_torch(f.reshape(-1), 0.25, 10.)
         for other in (loops, torch_):
@@ -118,48 +123,52 @@ def values(dtype):
     mixed = st.one_of(finite, st.sampled_from(SPECIAL[dtype]), st.sampled_from([math.nan, math.inf, -math.inf]), st.floats(-10, 10, width=width))
     return st.lists(mixed, min_size=1, max_size=120).map(lambda v: torch.tensor(v, dtype=torch.float64).to(dtype))
 
+@ON
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(list(SPECIAL)).flatmap(values))
-def test_random_values_against_rationals(x):
+@given(x=st.sampled_from(list(SPECIAL)).flatmap(values))
+def test_random_values_against_rationals(x, dev):
     "Huge, tiny, subnormal, NaN and Inf values in every float type, in tiles of 16 over 3 programs."
-    check(triton_pass(x, 0.25, 10., block=16, programs=3)[0], truth(x))
+    check(triton_pass(x.to(dev), 0.25, 10., block=16, programs=3)[0], truth(x))
 
 
-def layouts():
+def layouts(dev):
     g = torch.Generator().manual_seed(1)
     a = torch.randn(4, 6, 10, 12, generator=g) * 2 + 1
     a[1, 2] = math.nan; a[0, 0, 0, 0] = -math.inf
+    a, b, c = a.to(dev), torch.randn(1, 5, 1, generator=g).to(dev), torch.randn(3, 4, 5, 6, 7, generator=g).to(dev)
     yield 'channels_last', a.to(memory_format=torch.channels_last), True
     yield 'channels_last bfloat16', a.bfloat16().to(memory_format=torch.channels_last), True
     yield 'transposed', a.reshape(24, 120).t(), True
     yield 'offset', a.reshape(-1)[17:], True
     yield 'every third column', a.reshape(24, 120)[:, ::3], False
     yield 'a crop of channels_last', a.to(memory_format=torch.channels_last)[:, :, 2:8, 1:11], False
-    yield 'expanded', torch.randn(1, 5, 1, generator=g).expand(7, 5, 9), False
-    yield '5 dims with gaps (one copy)', torch.randn(3, 4, 5, 6, 7, generator=g)[:, ::2, :, ::2, :], False
+    yield 'expanded', b.expand(7, 5, 9), False
+    yield '5 dims with gaps (one copy)', c[:, ::2, :, ::2, :], False
 
-LAYOUTS = list(layouts())
+LAYOUTS = [name for name, _, _ in layouts('cpu')]
 
-@pytest.mark.parametrize('case', range(len(LAYOUTS)), ids=[c[0] for c in LAYOUTS])
-def test_every_layout_reads_every_value(case):
+@ON
+@pytest.mark.parametrize('case', range(len(LAYOUTS)), ids=LAYOUTS)
+def test_every_layout_reads_every_value(case, dev):
     "A tensor whose values fill their memory is read as its storage, any other through its strides: the same statistics as its contiguous copy."
-    name, x, dense = LAYOUTS[case]
+    name, x, dense = list(layouts(dev))[case]
     assert TK._dense(x) == dense
     if not dense and x.ndim <= 4: assert TK._strides(x) is not None
     row, hist = triton_pass(x, 0.25, 10., bins=40, **SMALL)
     check(row, truth(x))
-    c = x.contiguous().reshape(-1)
+    c = x.cpu().contiguous().reshape(-1)
     assert hist.tolist() == sample_bins_torch(c.float() if c.dtype == torch.bfloat16 else c, 40, 10.).tolist()
 
 
 @pytest.mark.parametrize('dtype,bins,high', [(torch.float32, 40, 10.), (torch.float32, 30, 7.), (torch.float64, 40, 10.),
                                              (torch.bfloat16, 40, 10.), (torch.float16, 17, 3.3)])
-def test_histogram_bins_every_value(dtype, bins, high):
+@ON
+def test_histogram_bins_every_value(dtype, bins, high, dev):
     "The |x| histogram of every value equals the torch ops' (and the loops') bins of every value, NaN and ±Inf in the top bin."
     g = torch.Generator().manual_seed(bins)
     x = (torch.randn(3000, generator=g) * high / 2).to(dtype)
     x[::17] = math.nan; x[5] = math.inf; x[6] = -math.inf; x[100:130] = 0
-    row, hist = triton_moments_hist(x, high / bins, high, bins)
+    row, hist = triton_moments_hist(x.to(dev), high / bins, high, bins)
     f = x.float() if dtype in (torch.float16, torch.bfloat16) else x
     assert hist.dtype == torch.int64 and hist.shape == (bins + 2,)
     assert hist.tolist() == sample_bins_torch(f, bins, high).tolist()
@@ -170,28 +179,32 @@ def test_histogram_bins_every_value(dtype, bins, high):
 def K_sample_bins(f, bins, high): return sample_bins(f, bins, high)
 
 
+@ON
 @pytest.mark.parametrize('level', [0, 2])
-def test_sketch_buckets_equal_the_loops(level):
+def test_sketch_buckets_equal_the_loops(level, dev):
     "Every finite value into the sketch's buckets, weight 1, added to what the counts held: the same counts as the compiled loops give."
     from miniai.sketch import QuantileSketch, _skp
     g = torch.Generator().manual_seed(level)
     x = torch.randn(2500, generator=g) * torch.logspace(-12, 12, 2500, dtype=torch.float32)
     x[::9] = 0; x[::31] = math.nan; x[7] = math.inf; x[8] = -math.inf
     before = torch.rand(2 * QuantileSketch(level=level).k + 1, generator=g, dtype=torch.float64).round()
-    counts = before.clone()
-    row = triton_moments_sketch(x, 0.25, 10., counts, _skp(level), **{})
+    counts = before.clone().to(dev)
+    row = triton_moments_sketch(x.to(dev), 0.25, 10., counts, _skp(level))
+    counts = counts.cpu()
     want = before.clone()
     with use_kernel('loops'): loops_for(x)['sketch'](x.numpy(), _skp(level), want.numpy())
     assert counts.tolist() == want.tolist()
     assert (counts - before).sum().item() == torch.isfinite(x).sum().item()
     check(row, truth(x))
-    row2, hist = triton_moments_sketch(x.double(), 0.25, 10., counts, _skp(level), bins=40)    # float64 values, with the histogram
-    assert (counts - want).tolist() == (want - before).tolist()
+    counts = counts.to(dev)
+    row2, hist = triton_moments_sketch(x.double().to(dev), 0.25, 10., counts, _skp(level), bins=40)    # float64 values, with the histogram
+    assert (counts.cpu() - want).tolist() == (want - before).tolist()
     assert hist.sum().item() == x.numel()
 
 
-def test_fields_not_asked_read_nan():
-    x = torch.tensor([0., 1., -3., 20., math.nan])
+@ON
+def test_fields_not_asked_read_nan(dev):
+    x = torch.tensor([0., 1., -3., 20., math.nan], device=dev)
     d = dict(zip(FIELDS, triton_moments(x, 0.25, 10., zeros=False, ranges=False, minmax=False).tolist()))
     assert all(math.isnan(d[k]) for k in ('zeros', 'low', 'high', 'min', 'max'))
     assert (d['count'], d['nan'], d['mean']) == (4, 1, 4.5)
@@ -199,8 +212,9 @@ def test_fields_not_asked_read_nan():
     assert (d['zeros'], d['low'], d['high'], d['min'], d['max']) == (1, 1, 1, -3., 20.)
 
 
-def test_two_launches_no_sync_inputs_untouched():
-    x = torch.randn(2, 3, 20, 20).to(memory_format=torch.channels_last)
+@ON
+def test_two_launches_no_sync_inputs_untouched(dev):
+    x = torch.randn(2, 3, 20, 20, device=dev).to(memory_format=torch.channels_last)
     x[0, 0, 0, 0] = math.nan
     keep = x.clone()
     with count_launches() as cl, count_syncs() as cs: triton_pass(x, 0.25, 10., bins=40); triton_moments(x.half(), 0.25, 10.)
