@@ -17,9 +17,9 @@ except ImportError:          # a torch without Triton (CPU wheels, macOS): the t
     triton = tl = InterpretedFunction = None
 
 # %% auto #0
-__all__ = ['triton_serves', 'count_launches', 'triton_pass', 'triton_moments', 'triton_moments_hist', 'triton_moments_sketch']
+__all__ = []
 
-# %% ../nbs/09c2_triton.ipynb #20b0dbd1
+# %% ../nbs/09c2_triton.ipynb #cc44f05e
 def _interpreting():
     "Whether Triton was imported with its interpreter (`TRITON_INTERPRET=1` then): every tensor's kernels run there."
     return triton is not None and isinstance(tl.zeros, InterpretedFunction)
@@ -45,7 +45,7 @@ _ADD, _MAX, _MIN = (tl.standard._sum_combine, tl.standard._elementwise_max, tl.s
 
 _PART = 12   # a program's partial row: count, +inf, -inf, zeros, low, high, mean, m2, min, max, and the mean as a base plus an offset
 
-# %% ../nbs/09c2_triton.ipynb #f39410da
+# %% ../nbs/09c2_triton.ipynb #8626a0be
 @_jit
 def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, size3, stride0, stride1, stride2, stride3,
                  low_bits, high_bits, scale_bits, skmul_bits, skkey0_bits, skdiv_bits, sk_k,
@@ -175,7 +175,7 @@ def _pass_kernel(x_ptr, part_ptr, hist_ptr, sk_ptr, n, ntiles, size1, size2, siz
     if HIST:
         tl.store(hist_ptr + pid * NB + tl.arange(0, NB), hacc)
 
-# %% ../nbs/09c2_triton.ipynb #d7c3ccdc
+# %% ../nbs/09c2_triton.ipynb #a45d99a0
 @_jit
 def _merge_kernel(part_ptr, hist_ptr, out_ptr, hout_ptr, sk_ptr, n, nprog, sk_k,
                   P: tl.constexpr, HIST: tl.constexpr, NB: tl.constexpr, NOUT: tl.constexpr, CH: tl.constexpr,
@@ -251,7 +251,7 @@ def _merge_kernel(part_ptr, hist_ptr, out_ptr, hout_ptr, sk_ptr, n, nprog, sk_k,
         zc = sk_ptr + sk_k
         tl.store(zc, tl.load(zc) + nzero)
 
-# %% ../nbs/09c2_triton.ipynb #36e57b2c
+# %% ../nbs/09c2_triton.ipynb #dbf007d6
 def _bits(v):
     "The bits of float `v` as a float64, as an int."
     return struct.unpack('<q', struct.pack('<d', float(v)))[0]
@@ -290,7 +290,7 @@ def _max_programs(device):
 
 def _pow2(v): return 1 << max(int(v) - 1, 0).bit_length()
 
-# %% ../nbs/09c2_triton.ipynb #e7366b5d
+# %% ../nbs/09c2_triton.ipynb #4343f1be
 def triton_serves(x):
     "Whether the Triton kernels can compute the statistics of tensor `x` here: a float tensor on a CUDA device with Triton installed, or a CPU one when `TRITON_INTERPRET=1` (then Triton's interpreter runs the kernels: slow, for tests)."
     if triton is None or not isinstance(x, torch.Tensor) or not x.is_floating_point(): return False
@@ -319,7 +319,7 @@ class count_launches:
         return self
     def __exit__(self, *exc): _local.counters.remove(self)
 
-# %% ../nbs/09c2_triton.ipynb #aa68a7c5
+# %% ../nbs/09c2_triton.ipynb #909d6c7f
 def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, sketch=None, block=None, programs=None):
     """The `Moments` row (float64 `[len(FIELDS)]`) of every value of float tensor `x` and, with `bins`, the int64 |x| histogram
     (`[bins + 2]`) of every value by bin `min(|x| * bins/high, bins)` (NaN and ±Inf in bin `bins`; bin `bins + 1` stays 0), on
