@@ -204,7 +204,10 @@ def _loops(wait):
             L = _import_loops()
             if L is None: state['failed'] = True; state['ready'].set()
             elif wait or L.cached(): _load(state, L)
-            else: threading.Thread(target=_compile_in_background, args=(state, L), name='miniai-loops-compile', daemon=True).start()
+            else:
+                _note('compiling', "miniai: its compiled statistics loops are not in numba's cache yet: they compile in the background, once per "
+                      "install, and the torch ops record meanwhile (`python -m miniai.loops` compiles them ahead of time)")
+                threading.Thread(target=_compile_in_background, args=(state, L), name='miniai-loops-compile', daemon=True).start()
     if wait: state['ready'].wait()
     return state if 'record' in state else None
 
