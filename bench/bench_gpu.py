@@ -168,27 +168,31 @@ def bench_model(name, model, x, y, amp, rounds, reps, seed=0, slow_reps=None):
     return res
 
 def cuda_ms(f, reps=20):
-    "Milliseconds per call of `f()` on the GPU (CUDA events, after a warm-up call)."
+    "Milliseconds per call of `f()` on the GPU (CUDA events, after a warm-up call); on the clock without one (--smoke)."
     f(); sync()
+    if not torch.cuda.is_available():
+        t0 = clock()
+        for _ in range(reps): f()
+        return (clock() - t0) / reps * 1e3
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
     for _ in range(reps): f()
     b.record(); sync()
     return a.elapsed_time(b) / reps
 
-def bench_kernel(dev):
+def bench_kernel(dev, shape=(256, 64, 56, 56), reps=20):
     "The statistics of one ResNet-sized activation per call: the Triton pass for a few tile sizes and warp counts, and the torch ops, as multiples of one read."
     from miniai.kernel import moments_torch, sample_bins_torch
-    x = torch.randn(256, 64, 56, 56, device=dev).relu_().to(torch.bfloat16).to(memory_format=torch.channels_last)
+    x = torch.randn(*shape, device=dev).relu_().to(torch.bfloat16).to(memory_format=torch.channels_last)
     gb = x.numel() * x.element_size() / 1e9
-    read = cuda_ms(lambda: x.sum())
+    read = cuda_ms(lambda: x.sum(), reps)
     print(f"\nOne activation, {tuple(x.shape)} bf16 channels_last ({gb*1e3:.0f} MB): one read (x.sum()) {read:.3f} ms = {gb/read*1e3:.0f} GB/s")
     print("| what | ms per call | multiple of one read | GB/s |")
     print("|---|---|---|---|")
     def torch_ops():
         f = x.reshape(-1).float()
         moments_torch(f, 0.25, 10., minmax=False); sample_bins_torch(f, 40, 10.)
-    t = cuda_ms(torch_ops, 5)
+    t = cuda_ms(torch_ops, max(reps // 4, 1))
     print(f"| torch ops (row, and the bins of every value) | {t:.3f} | {t/read:.1f}x | {gb/t*1e3:.0f} |")
     res = {'one read': read, 'torch ops': t}
     if TK is None: return res
@@ -196,13 +200,13 @@ def bench_kernel(dev):
     try:
         for block, warps in ((2048, 8), (1024, 4), (4096, 8), (2048, 4), (4096, 16)):
             TK._BLOCK, TK._WARPS = block, warps
-            t = cuda_ms(lambda: TK.triton_moments_hist(x, 0.25, 10., 40, minmax=False))
+            t = cuda_ms(lambda: TK.triton_moments_hist(x, 0.25, 10., 40, minmax=False), reps)
             print(f"| Triton pass, tiles of {block}, {warps} warps | {t:.3f} | **{t/read:.2f}x** | {gb/t*1e3:.0f} |")
             res[f'triton {block}/{warps}'] = t
     finally: TK._BLOCK, TK._WARPS = block0, warps0
     from miniai.sketch import QuantileSketch, _skp
     counts = QuantileSketch(level=0).counts.to(dev)
-    t = cuda_ms(lambda: TK.triton_moments_sketch(x, 0.25, 10., counts, _skp(0), zeros=False, ranges=False))
+    t = cuda_ms(lambda: TK.triton_moments_sketch(x, 0.25, 10., counts, _skp(0), zeros=False, ranges=False), reps)
     print(f"| Triton pass with the sketch of every value (atomics into its buckets) | {t:.3f} | **{t/read:.2f}x** | {gb/t*1e3:.0f} |")
     res['triton sketch'] = t
     return res
@@ -264,6 +268,8 @@ def main():
         dev = torch.device('cpu')
         bench_model(*lesson_cnn(dev, 64), rounds=2, reps=1)
         bench_model(*resnet18(dev, 2, 32), rounds=2, reps=1)
+        os.environ['TRITON_INTERPRET'] = '1'          # the Triton kernel on a CPU tensor, in the interpreter
+        bench_kernel(dev, (2, 8, 16, 16), reps=1)
         print("smoke run: the figures above mean nothing"); return
     if not torch.cuda.is_available():
         print("no CUDA device: skipped"); return
