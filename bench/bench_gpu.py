@@ -134,7 +134,7 @@ def path_used(step, attach):
     "Which statistics path the hooks of `attach` ran in one step: 'triton' when this module's kernels launched, else 'torch ops'."
     if TK is None: return 'torch ops (no miniai.triton_kernel)'
     with attach(), TK.count_launches() as cl: step(); sync()
-    return f'triton ({cl.n} launches in a step)' if cl.n else 'torch ops'
+    return f'triton ({cl.n} launches in a step)' if cl.n else ('torch ops' if torch.cuda.is_available() else 'not Triton (the loops or the torch ops)')
 
 def bench_model(name, model, x, y, amp, rounds, reps, seed=0, slow_reps=None):
     "`slow_reps`: steps per round of the course's hooks (each of their calls copies the output to the host and reads it there)."
