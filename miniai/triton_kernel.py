@@ -306,9 +306,7 @@ def _launching(device):
     return contextlib.nullcontext()
 
 def _launched(n):
-    c = getattr(_local, 'counters', None)
-    if c: 
-        for k in c: k.n += n
+    for k in getattr(_local, 'counters', ()): k.n += n
 
 class count_launches:
     "Count the Triton kernel launches of this module in this thread inside a `with` block: `n`."
@@ -348,6 +346,9 @@ def triton_pass(x, low, high, zeros=True, ranges=True, minmax=True, bins=None, s
     hout = torch.empty(bins + 2, dtype=torch.int64, device=dev) if hist else None
     if sketch is not None:
         counts, skp = sketch
+        if not (isinstance(counts, torch.Tensor) and counts.dtype == torch.float64 and counts.device == dev and counts.is_contiguous()
+                and counts.numel() == 2 * int(skp[3]) + 1):
+            raise ValueError(f"triton_pass: the sketch's `counts` must be a contiguous float64 tensor of 2 * {int(skp[3])} + 1 buckets on {dev}")
         sk, skargs = counts, [_bits(skp[0]), _bits(skp[1]), _bits(skp[2]), int(skp[3])]
     else: sk, skargs = out, [0, 0, 0, 0]
     flags = dict(HIST=hist, NB=NB, SKETCH=sketch is not None)

@@ -223,6 +223,14 @@ def test_two_launches_no_sync_inputs_untouched(dev):
     assert x.is_contiguous(memory_format=torch.channels_last)
 
 
+def test_a_sketch_that_does_not_fit_is_refused():
+    from miniai.sketch import QuantileSketch, _skp
+    x, counts = torch.randn(100), QuantileSketch(level=0).counts
+    for bad in (counts.float(), counts[:-1], counts[::2], torch.zeros(2 * QuantileSketch(level=2).k + 1, dtype=torch.float64)):
+        with pytest.raises(ValueError, match="sketch's `counts`"): triton_moments_sketch(x, 0.25, 10., bad, _skp(0))
+    assert counts.sum() == 0                                   # nothing was added anywhere
+
+
 def test_serves_what_it_can(monkeypatch):
     assert not triton_serves(torch.arange(3)) and not triton_serves(None) and triton_serves(torch.ones(3))
     with pytest.raises(TypeError, match='float tensor'): triton_pass(torch.arange(3), 0.25, 10.)
