@@ -136,14 +136,14 @@ def path_used(step, attach):
     with attach(), TK.count_launches() as cl: step(); sync()
     return f'triton ({cl.n} launches in a step)' if cl.n else ('torch ops' if torch.cuda.is_available() else 'not Triton (the loops or the torch ops)')
 
-def bench_model(name, model, x, y, amp, rounds, reps, seed=0, slow_reps=None):
+def bench_model(name, model, x, y, amp, rounds, reps, order=0, slow_reps=None):
     "`slow_reps`: steps per round of the course's hooks (each of their calls copies the output to the host and reads it there)."
     model.train()
     step = stepper(model, x, y, amp)
     att = attachers(model)
     calls = len(convs(model))                      # hook calls per step: each conv once per forward
     for n in CONFIGS: timed(step, att[n], 2)     # warm up: cuDNN's choices, Triton's compiles, the recorders made
-    times, rng = {n: [] for n in CONFIGS}, random.Random(seed)
+    times, rng = {n: [] for n in CONFIGS}, random.Random(order)   # the shuffled order of each round
     for r in range(rounds):
         order = list(CONFIGS); rng.shuffle(order)
         for n in order: times[n].append(timed(step, att[n], slow_reps if n == 'course hooks' and slow_reps else reps))
