@@ -237,7 +237,6 @@ def _skp(level):
 class SketchRecorder(Recorder):
     "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch."
     sketch_every = 16
-    replays = True    # its sample of a tensor kept while the loops compile is taken when that tensor is passed, in order (see `Recorder.flush`)
     def __init__(self, level=0, sample=16384, exact=False, zeros=False, seed=0, **kwargs):
         self.level = level
         super().__init__(sample=sample, exact=exact, fold=True, zeros=zeros, seed=seed, **kwargs)
@@ -278,8 +277,7 @@ class SketchRecorder(Recorder):
 
     @normal_tensors()
     def flush(self):
-        "Pass the tensors kept while the loops compiled (`Recorder.flush`), then add the pending values to the sketch: the small tensors taken whole (weight 1), and the samples, each sampled finite value weighted by its batch's finite count over the sample's."
-        if self._kept: super().flush()
+        "Add the pending values to the sketch: the small tensors taken whole (weight 1), and the samples, each sampled finite value weighted by its batch's finite count over the sample's."
         if self.sketch is None: return
         if self._whole: self.sketch.add(torch.cat(self._whole)); self._whole, self._n_whole = [], 0
         if not self._pending: return

@@ -2,7 +2,7 @@
 collector's sketch sample is bucketed inside the kernel's one compiled pass (no torch op reads the tensor, nothing is copied
 or kept pending), every value lands in a sketch bucket whose bounds hold it, the fused sketch agrees with the torch ops'
 one, and a recorder's state stays bounded however many batches it records."""
-import math, numpy as np, torch, pytest
+import importlib.util, math, numpy as np, torch, pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 from miniai import kernel
 from miniai.kernel import Recorder, fused_kernel
@@ -10,7 +10,7 @@ from miniai.sketch import SketchRecorder, QuantileSketch, _skp
 from miniai.statistics import StatisticsConfig, StatisticsCollector
 from miniai.testing import count_ops
 
-pytestmark = pytest.mark.skipif(not kernel._HAVE_NUMBA, reason='the compiled loops need numba')
+pytestmark = pytest.mark.skipif(importlib.util.find_spec('numba') is None, reason='the compiled loops need numba')
 
 class _largest(TorchDispatchMode):
     "The largest number of elements any torch op inside the block writes."
@@ -32,7 +32,7 @@ def test_collector_call_on_the_cpu_is_one_compiled_pass_per_tensor():
     with fused_kernel(True):
         for x in xs[:2]: c.update_statistics('m', x, x * 2)        # streams made, exact buffers released
         for s in c._streams.values():                                # every row of the sample tables drawn (each is drawn once, when first sampled)
-            for row in range(kernel._TABLE_ROWS): s.sample_index(xs[0].numel(), row)
+            for row in range(kernel.TABLE_ROWS): s.sample_index(xs[0].numel(), row)
         with count_ops() as co, _largest() as big:
             for x in xs[2:]: c.update_statistics('m', x, x)
     assert co.n <= 2 * 4, co.ops                                # the few small ops of the bookkeeping, no pass of torch ops
@@ -77,7 +77,7 @@ def test_every_value_lands_in_a_bucket_that_holds_it(level, dtype):
     v = torch.tensor(edges, dtype=dtype)
     near = torch.cat([v, torch.nextafter(v, torch.zeros_like(v)), torch.nextafter(v, torch.full_like(v, math.inf))])
     vals = torch.cat([near, -near, torch.tensor([0., -0.], dtype=dtype)])
-    loop = kernel._loops(None)['sketch']
+    with kernel.use_kernel('loops'): loop = kernel.loops_for(torch.ones(1))['sketch']
     skp = _skp(level)
     for x in vals.numpy():
         counts = np.zeros(2 * k + 1)
