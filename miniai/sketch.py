@@ -10,7 +10,7 @@ import math, random, functools, contextlib
 import numpy as np, torch
 from fastcore.basics import patch
 from .kernel import Recorder, Moments, loops_for
-from .kernel import _sample_table
+from .passes import sample_table
 _np_view = torch.Tensor.numpy   # numpy's view of a CPU tensor, bound once as the kernel does: `count_syncs` counts calls of `Tensor.numpy` (a device read on a GPU)
 
 # %% auto #0
@@ -267,7 +267,7 @@ class SketchRecorder(Recorder):
         tab = self._sketch_tables.get((n, dev))
         if tab is None:
             if len(self._sketch_tables) >= 4: self._sketch_tables.clear()
-            tab = self._sketch_tables[(n, dev)] = _sample_table(n, self.sketch_size(n), device)
+            tab = self._sketch_tables[(n, dev)] = sample_table(n, self.sketch_size(n), device)
         starts = tab[row % _SKETCH_ROWS]
         shift = self._shifts.randrange(max(1, n // len(starts)))
         if starts.is_cpu: return torch.from_numpy(np.minimum(_np_view(starts) + shift, n - 1))
