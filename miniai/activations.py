@@ -82,6 +82,14 @@ def _kind(module):
     ps = list(module.parameters(recurse=False))
     return type(module).__name__, _bounds(module), bool(ps), any(p.requires_grad for p in ps)
 
+def _layer_type(module):
+    "What a layer is, for a panel's title: its class, with its channels or features in and out when it has them ('Conv2d 1→8', 'Linear 64→10', 'ReLU')."
+    kind = type(module).__name__
+    for a, b in (('in_channels', 'out_channels'), ('in_features', 'out_features')):
+        i, o = getattr(module, a, None), getattr(module, b, None)
+        if isinstance(i, int) and isinstance(o, int): return f'{kind} {i}→{o}'
+    return kind
+
 def _check_stats_args(bins, hi, per_channel=False):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
     check_arg(bins, 'bins', 'ActivationStats', lo=1)
@@ -119,7 +127,7 @@ class _StatsHook(Hook):
     def __init__(self, m, f, name=None, owner=None, **kwargs):
         o = owner()     # with `param_grads`, the layer's own parameters' `.grad` after each backward (read, never written)
         super().__init__(m, f, name=name, on_param_grad=o._param_grad if o is not None and o.param_grads else None, **kwargs)
-        self._owner = owner
+        self._owner, self.layer_type = owner, _layer_type(m)
     @property
     def recorders(self):
         "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."
@@ -161,6 +169,7 @@ class ActivationStats(HooksCallback):
         self._auto = isinstance(hi, str)
         self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
         self.kinds = {}   # layer -> (its class name, its bounds when a bounded activation), in the order of the first forward
+        self.layer_types = {}   # layer -> what it is ('Conv2d 1→8'), for the plots' titles; statistics loaded from a folder have none
         prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
 
     def before_fit(self, learn):
@@ -168,6 +177,7 @@ class ActivationStats(HooksCallback):
         super().before_fit(learn)
         if joined: return
         self.names = [h.name for h in self.hooks]
+        self.layer_types = {h.name: h.layer_type for h in self.hooks}
         # phase -> layer -> output key ('0', '1'..., 'grad.0'...) -> Recorder: the first output's made now, the others when first recorded
         self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
         self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
@@ -297,9 +307,14 @@ class ActivationStats(HooksCallback):
         if figsize is None: figsize = (min(2.4 * ncols, 20.), min(1.9 * nrows + 0.5, 24.))
         return get_grid(n, nrows=nrows, ncols=ncols, figsize=figsize, squeeze=False, layout='constrained')
 
+    def _titles(self, names):
+        "Each layer's panel title: its name and what it is ('0.0 Conv2d 1→8'), or its name alone when that is not known (statistics loaded from a folder)."
+        types = getattr(self, 'layer_types', {})
+        return [f'{n} {types[n]}' if types.get(n) else n for n in names]
+
     def _finish_fig(self, fig, axes, names, note, xlabel, ylabel):
         many = len(names) > _FEW_LAYERS
-        titles = _short_names(names) if many else names
+        titles = _short_names(names) if many else self._titles(names)
         for ax, t in zip(axes.flat, titles):
             ax.set_title(t, fontsize=8 if many else 10)
             if many: ax.tick_params(labelsize=7)
@@ -326,7 +341,7 @@ class ActivationStats(HooksCallback):
         series, note = self._plotted(phase)
         fig, axes = self._grid(len(series), figsize)
         for ax, rec in zip(axes.flat, series.values()):
-            ax.plot(rec.dead.nan_to_num(0.).float()); ax.set_ylim(0, 1)
+            ax.plot(rec.dead.nan_to_num(0.).float()); ax.set_ylim(-0.02, 1.05)   # a line at 1 stays visible
             if self._auto: ax.text(0.98, 0.95, f'|x| < {rec.hi / self.bins:g}', transform=ax.transAxes, ha='right', va='top', fontsize=7)
         ylabel = 'fraction |x| < hi/bins (per layer)' if self._auto else f'fraction |x| < {self.hi / self.bins:g}'
         self._finish_fig(fig, axes, list(series), note, 'batch', ylabel)
@@ -337,7 +352,7 @@ class ActivationStats(HooksCallback):
         rows = 2 if grads else 1
         series, note = self._plotted(phase)
         many = len(series) > _FEW_LAYERS
-        labels = _short_names(list(series)) if many else list(series)
+        labels = _short_names(list(series)) if many else self._titles(series)
         # many layers: the legend right of the panels, in as many columns as the figure's height needs, the figure wider by them
         ncol = math.ceil(len(series) / max(1, int((figsize[1] * rows - 0.4) / 0.19))) if many else 0
         extra = min(ncol * (0.55 + 0.075 * max(map(len, labels))), 8.) if many else 0
@@ -351,8 +366,8 @@ class ActivationStats(HooksCallback):
         titles = ['Means', 'Stdevs', 'Gradient means', 'Gradient stdevs']
         for ax, t in zip(axs.flat, titles):
             ax.set_title(t); ax.set_xlabel('batch')
-        if many: fig.legend(*axs[0, 1].get_legend_handles_labels(), loc='outside right upper', fontsize='small', ncols=ncol)
-        else: axs[0, 1].legend(fontsize=8)
+        # the legend right of the panels, off the lines
+        fig.legend(*axs[0, 1].get_legend_handles_labels(), loc='outside right upper', fontsize='small' if many else 8, ncols=max(ncol, 1))
         self.fig = fig
 
 # %% ../nbs/10_activations.ipynb #c7134239

@@ -1,5 +1,6 @@
 """ActivationStats' plots as a script uses them: each draws once and returns nothing (Jupyter shows the figure once), the
-figure is `astats.fig` to save, panels are titled with the layer names; keeping the callback does not keep its model alive.
+figure is `astats.fig` to save, panels are titled with the layer names and kinds, lines at 1 stay inside the frame, the legend
+beside the panels; keeping the callback does not keep its model alive.
 (These were hidden cells of lesson 10 that drew figures only to close them.)"""
 import gc, itertools, weakref
 import pytest
@@ -23,8 +24,29 @@ def test_plots_return_nothing_save_through_fig_and_title_layers_by_name(tmp_path
         assert getattr(astats, name)() is None, name          # nothing for Jupyter to show a second time
         astats.fig.savefig(tmp_path/f'{name}.png'); plt.close(astats.fig)
         assert (tmp_path/f'{name}.png').stat().st_size > 10_000, name
-    astats.color_dim()
-    try: assert [ax.get_title() for ax in astats.fig.axes[:5]] == ['0.0', '1.0', '2.0', '3.0', '4'] == [h.name for h in astats.hooks]
+    titles = ['0.0 Conv2d 1→8', '1.0 Conv2d 8→16', '2.0 Conv2d 16→32', '3.0 Conv2d 32→64', '4 Conv2d 64→10']
+    assert [t.split()[0] for t in titles] == astats.names
+    try:
+        for name in ('color_dim', 'dead_chart'):
+            getattr(astats, name)()
+            assert [ax.get_title() for ax in astats.fig.axes[:5]] == titles, name   # each layer's name and what it is
+        assert all(ax.get_ylim()[1] > 1 for ax in astats.fig.axes[:5])            # a dead fraction of 1 is drawn inside the frame
+        astats.plot_stats()
+        fig = astats.fig
+        [leg] = fig.legends                                                          # one legend, beside the panels, not on a line
+        assert [t.get_text() for t in leg.get_texts()] == titles and not any(ax.get_legend() for ax in fig.axes)
+        fig.canvas.draw()
+        assert leg.get_window_extent().x0 >= max(ax.get_window_extent().x1 for ax in fig.axes)
+    finally: plt.close('all')
+
+def test_loaded_statistics_title_their_panels_by_name(tmp_path):
+    "A run saved and loaded again does not know its layers' kinds: its panels are titled with the names alone."
+    set_seed(1)
+    astats = ActivationStats(fc.risinstance(nn.Conv2d))
+    Learner(baseline_cnn(), _dls(2), F.cross_entropy, lr=0.6, cbs=[TrainCB(), astats]).fit(1)
+    loaded = ActivationStats.load(astats.save(tmp_path/'run'))
+    loaded.dead_chart()
+    try: assert [ax.get_title() for ax in loaded.fig.axes[:5]] == loaded.names == astats.names
     finally: plt.close('all')
 
 def test_keeping_activation_stats_does_not_keep_the_model_alive():
