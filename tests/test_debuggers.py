@@ -199,7 +199,7 @@ def test_debugcb_read_only_folder_as_another_user():
         cmd = [sys.executable, '-c', code, str(folder)]
         if os.geteuid() == 0: cmd = ['/usr/bin/setpriv', '--reuid=65534', '--regid=65534', '--clear-groups', *cmd]
         root = Path(dbg.__file__).parent.parent
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, 'PYTHONPATH': str(root), 'HOME': str(base), 'TMPDIR': str(base)})   # nobody cannot reach pytest's folders
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=base, env={**{k: v for k, v in os.environ.items() if not k.endswith('_CACHE_DIR')}, 'PYTHONPATH': str(root), 'HOME': str(base), 'TMPDIR': str(base)})   # nobody cannot reach pytest's folders (torch puts its cache folder, under them, in the environment)
         if 'HOOKS' not in res.stdout: pytest.skip(f'cannot run as nobody here: {res.stderr[-300:]!r}')
         assert f"ERROR [Errno 13] SequentialDebugger cannot write its pages to the folder '{folder}'" in res.stdout, res.stdout
         assert 'HOOKS 0' in res.stdout and os.listdir(folder) == []
