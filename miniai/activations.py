@@ -106,7 +106,8 @@ class _StatsHook(Hook):
     def __init__(self, m, f, name=None, owner=None, **kwargs):
         o = owner()     # with `param_grads`, the layer's own parameters' `.grad` after each backward (read, never written)
         super().__init__(m, f, name=name, on_param_grad=o._param_grad if o is not None and o.param_grads else None, **kwargs)
-        self._owner, self.layer_type = owner, _layer_type(m)
+        self._owner = owner
+        if o is not None: o.layer_types[self.name] = _layer_type(m)     # what the layer is, for the plots' titles
     @property
     def recorders(self):
         "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."
@@ -157,10 +158,10 @@ class ActivationStats(HooksCallback):
 @fc.patch
 def before_fit(self:ActivationStats, learn):
     joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
+    if not joined: self.layer_types = {}     # filled as the hooks are made
     HooksCallback.before_fit(self, learn)
     if joined: return
     self.names = [h.name for h in self.hooks]
-    self.layer_types = {h.name: h.layer_type for h in self.hooks}
     # phase -> layer -> output key ('0', '1'..., 'grad.0'...) -> Recorder: the first output's made now, the others when first recorded
     self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
     self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
