@@ -342,9 +342,9 @@ def _titles(self:ActivationStats, names):
 @fc.patch
 def _finish_fig(self:ActivationStats, fig, axes, names, note, xlabel, ylabel):
     many = len(names) > _FEW_LAYERS
-    titles = _short_names(names) if many else self._titles(names)
-    for ax, t in zip(axes.flat, titles):
-        ax.set_title(t, fontsize=8 if many else 10)
+    types = {} if many else getattr(self, 'layer_types', {})     # up to ten layers, each panel also says what its layer is
+    for ax, name, t in zip(axes.flat, names, _short_names(names) if many else names):
+        ax.set_title(f'{t} {types[name]}' if types.get(name) else t, fontsize=8 if many else 10)
         if many: ax.tick_params(labelsize=7)
         else: ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
     if many: fig.supxlabel(xlabel, fontsize=9); fig.supylabel(ylabel, fontsize=9)   # once for the grid
