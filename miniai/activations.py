@@ -107,7 +107,8 @@ class _StatsHook(Hook):
         o = owner()     # with `param_grads`, the layer's own parameters' `.grad` after each backward (read, never written)
         super().__init__(m, f, name=name, on_param_grad=o._param_grad if o is not None and o.param_grads else None, **kwargs)
         self._owner = owner
-        if o is not None: o.layer_types[self.name] = _layer_type(m)     # what the layer is, for the plots' titles
+        if o is not None:     # what the layer is: for the plots' titles, and for the verdict (read now, not in the forward)
+            o.layer_types[self.name], o._hooked_kinds[self.name] = _layer_type(m), _kind(m)
     @property
     def recorders(self):
         "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."
@@ -158,7 +159,7 @@ class ActivationStats(HooksCallback):
 @fc.patch
 def before_fit(self:ActivationStats, learn):
     joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
-    if not joined: self.layer_types = {}     # filled as the hooks are made
+    if not joined: self.layer_types, self._hooked_kinds = {}, {}     # filled as the hooks are made
     HooksCallback.before_fit(self, learn)
     if joined: return
     self.names = [h.name for h in self.hooks]
@@ -220,7 +221,7 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
     name = hook.name
     phase = 'train' if self._training else 'valid'
     recs = self.recorders[phase][name]
-    if name not in self.kinds: self.kinds[name] = _kind(mod)     # what `diagnose` judges it among
+    if name not in self.kinds: self.kinds[name] = self._hooked_kinds.get(name) or _kind(mod)     # what `diagnose` judges it among, in the forward's order
     items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
     if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
     grads = self.grads and torch.is_grad_enabled()
