@@ -29,7 +29,7 @@ data:
 	fi
 
 demo: install data
-	@$(PY) -c $$'import torch\nfrom miniai.kernel import fused_kernel, batch_moments\nwith fused_kernel(): batch_moments(torch.ones(2))'   # numba compiles the kernel's loops once, into its disk cache
+	@$(PY) -m miniai.loops   # numba compiles the kernel's loops once, into its disk cache (what `pip install` users run once)
 	$(VENV)/bin/miniai-diagnose --epochs 1 --out miniai-diagnosis
 
 test: install data
@@ -37,7 +37,7 @@ test: install data
 	@if [ -n "$$(git status --porcelain -- miniai)" ]; then \
 	  echo "miniai/ differs from what the notebooks export: run nbdev-export and commit notebooks and modules together."; \
 	  git status --short -- miniai; exit 1; fi
-	@$(PY) -c $$'import torch\nfrom miniai.kernel import fused_kernel, batch_moments\nwith fused_kernel(): batch_moments(torch.ones(2))'   # numba compiles the kernel's loops once, into its disk cache
+	@$(PY) -m miniai.loops   # numba compiles the kernel's loops once, into its disk cache (what `pip install` users run once)
 	@start=$$(date +%s); HYPOTHESIS_PROFILE=make-test $(PY) -m pytest tests -q -n 2 --maxschedchunk 1 -p no:cacheprovider --durations=15; rc=$$?; \
 	echo "make test: pytest took $$(( $$(date +%s) - start )) s"; exit $$rc
 

@@ -195,18 +195,18 @@ def main_epochs(rounds, names):
 
 def micro(reps=15):
     "Cost of the kernel's pieces on one tensor (the first convolution's output, 1.6M float32 values), in ms."
-    from miniai.kernel import batch_moments, fused_kernel, Recorder, _sample_table, _RUN, _sample_bins as sample_bins
+    from miniai.kernel import batch_moments, use_kernel, Recorder, sample_table, SAMPLE_RUN, sample_bins
     from miniai.sketch import QuantileSketch, SketchRecorder
     def torch_ops(x):
-        with fused_kernel(False): return batch_moments(x)
+        with use_kernel('torch'): return batch_moments(x)
     batch_moments(torch.ones(10)); sample_bins(torch.ones(10))   # compile the CPU loops before timing them
     n = 1024 * 8 * 14 * 14
-    idx = _sample_table(n, 16384, 'cpu', _RUN)[0]
+    idx = sample_table(n, 16384, 'cpu', SAMPLE_RUN)[0]
     cases = {'x.clone() (one read + one write)': lambda x: x.clone(), 'x.sum() (one read)': lambda x: x.sum(),
              'batch_moments(x, zeros=False): every number, CPU loops': lambda x: batch_moments(x, zeros=False),
              'batch_moments(x): and the zero count': lambda x: batch_moments(x),
              'the same with torch ops (what a GPU runs)': torch_ops,
-             'sample_bins: the 16K-value histogram sample': lambda x: sample_bins(x, idx=idx, run=_RUN),
+             'sample_bins: the 16K-value histogram sample': lambda x: sample_bins(x, idx=idx, run=SAMPLE_RUN),
              'Recorder.record (lesson 10: the two above)': None,
              'SketchRecorder().record (run-wide: folded moments, sketch flush amortised)': None,
              'QuantileSketch.batch_counts(x) (exact=True)': lambda x: QuantileSketch.batch_counts(x)}

@@ -23,10 +23,11 @@ Configurations:
                 a before/after comparison shares the machine's state (per call only).
 --clock cpu: time each call by the CPU time of this thread (`time.thread_time`), with one torch thread (set `--threads`
               too, or it is 1): on a machine that other jobs load, wall-clock rounds vary several-fold, CPU time much less.
---ops: torch ops per hook call on the torch path that GPUs run (`fused_kernel(False)`), counted with `count_ops`.
---cold [N]: N fresh processes (default 5) with an empty numba cache (`NUMBA_CACHE_DIR`), each then one with that cache
-             warm: each makes `ActivationStats` (then, in N more, the default collector) and trains; its first hooked step
-             and the 11 after it against a plain step.
+--ops: torch ops per hook call on the torch path (`use_kernel('torch')`), counted with `count_ops`.
+--cold [N]: N rounds (default 5) of fresh processes, each with an empty numba cache (`NUMBA_CACHE_DIR`), then one with that
+             cache warm: each makes `ActivationStats` (then, in N more, the default collector) and trains 12 steps of batch 1024;
+             when the loops were ready (seconds from the process's start), its first hooked step and when it ended, and the 11
+             after it against a plain step (timed after the hooked ones, hooks removed). With --baseline, the other copy's processes run in the same rounds.
 
 Usage (repo root): .venv/bin/python bench/bench_wallclock.py [--rounds 20] [--fit-rounds 5] [--ops] [--cold] [--baseline DIR]
 """
@@ -41,7 +42,7 @@ from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
 from miniai.hooks import Hooks, HooksCallback
 import miniai.activations as A
 import miniai.statistics as S
-from miniai.kernel import Recorder, fused_kernel
+from miniai.kernel import Recorder, use_kernel
 from miniai.testing import count_ops
 from bench_activations import course_stats   # the course's append_stats, as the other benches run it
 
@@ -80,7 +81,7 @@ def load_baseline(folder):
     spec = importlib.util.spec_from_file_location('miniai_baseline', os.path.join(pkg, '__init__.py'), submodule_search_locations=[pkg])
     mod = importlib.util.module_from_spec(spec); sys.modules['miniai_baseline'] = mod; spec.loader.exec_module(mod)
     K, BS = importlib.import_module('miniai_baseline.kernel'), importlib.import_module('miniai_baseline.statistics')
-    with K.fused_kernel(True): K.Recorder().record(torch.ones(100))
+    with (K.use_kernel('loops') if hasattr(K, 'use_kernel') else K.fused_kernel(True)): K.Recorder().record(torch.ones(100))
     return K, BS
 
 def per_call(x, rounds, baseline=None):
@@ -135,7 +136,7 @@ def ops_per_call(x):
     for name in ('ActivationStats', 'StatisticsConfig'):
         set_seed(1)
         model = baseline_cnn()
-        with fused_kernel(False), torch.no_grad():
+        with use_kernel('torch'), torch.no_grad():
             model(x)
             with count_ops() as plain: model(x)
             handles = recorders(model) if name == 'ActivationStats' else collector(model)[1]
@@ -146,70 +147,85 @@ def ops_per_call(x):
     return res
 
 COLD = """
-import sys, statistics, warnings, torch, torch.nn.functional as F
+import sys, time, json, statistics, threading, torch, torch.nn.functional as F
+t_import = time.time()
 from _timing import clock
 from torch import nn
 from miniai.learner import baseline_cnn, set_seed
 from miniai.activations import ActivationStats
 from miniai.statistics import ActivationStatisticsHook
 import miniai.kernel as K
-what, steps = sys.argv[1], int(sys.argv[2])
+t0, what, steps = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+def ready():
+    "Whether the loops are ready, read without starting anything (`loops_ready` would start them): the loaded loops' dict of this tree's passes, or of an older tree's kernel."
+    P = sys.modules.get('miniai.passes')
+    return 'record' in (P._LOOPS if P is not None else K._LOOPS)
+seen = {}
+def watch():
+    while 'ready' not in seen:
+        if ready(): seen['ready'] = time.time() - t0
+        time.sleep(0.005)
+threading.Thread(target=watch, daemon=True).start()
 set_seed(1); model = baseline_cnn(); opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x, y = torch.randn(1024, 1, 28, 28), torch.randint(0, 10, (1024,))
 def step():
-    t0 = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t0
-plain = statistics.median([step() for _ in range(6)][1:])
-t0 = clock(); rec = ActivationStats(nn.Conv2d) if what == 'ActivationStats' else ActivationStatisticsHook(); made = clock() - t0   # a cached load happens here
-hooked, ready = [], -1
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter('always')
-    with rec.attach(model, nn.Conv2d) if what != 'ActivationStats' else rec.attach(model):
-        for i in range(steps):
-            hooked.append(step())
-            if ready < 0 and 'record' in K._LOOPS: ready = i
-waited = any('still compiling' in str(w.message) for w in caught)
+    t = clock(); loss = F.cross_entropy(model(x), y); loss.backward(); opt.step(); opt.zero_grad(); return clock() - t
+t = clock(); rec = ActivationStats(nn.Conv2d) if what == 'ActivationStats' else ActivationStatisticsHook(); made = clock() - t   # a cached load happens here
+hooked, ready_step = [], -1
+with rec.attach(model, nn.Conv2d) if what != 'ActivationStats' else rec.attach(model):
+    for i in range(steps):
+        hooked.append(step())
+        if i == 0: first_done = time.time() - t0
+        if ready_step < 0 and 'ready' in seen: ready_step = i
+seen.setdefault('ready', -1.)
+plain = statistics.median([step() for _ in range(6)][1:])     # the hooks removed: a plain step, afterwards
 print(K.__file__)
-print(plain, made, ready, int(waited), *hooked)
+print(json.dumps(dict(plain=plain, made=made, ready_step=ready_step, ready_s=seen['ready'], first_step_done_s=first_done, imports_s=t_import - t0, hooked=hooked)))
 """
 
 def cold_start(cache, what='ActivationStats', steps=12, package=None):
-    "A fresh process (numba cache folder `cache`) that makes `what` ('ActivationStats', or the default collector: 'StatisticsConfig') as a user would and trains `steps` steps, with this tree's package or the copy in `package` (`package/miniai`): its plain step, the time to make it, the step at which the loops were ready (-1: never), whether it warned of waiting for them, and its hooked steps."
+    "A fresh process (numba cache folder `cache`) that makes `what` ('ActivationStats', or the default collector: 'StatisticsConfig') as a user would and trains `steps` steps, with this tree's package or the copy in `package` (`package/miniai`): a dict of its plain step, the time to make it (first thing after the imports, as a user would), the step and the seconds from the process's start at which the loops were ready (-1: not within the run), when its first hooked step ended, and its hooked steps."
     root = package or str(Path(__file__).resolve().parent.parent)
     env = {**os.environ, 'NUMBA_CACHE_DIR': cache, 'PYTHONPATH': os.pathsep.join([root, str(Path(__file__).resolve().parent), os.environ.get('PYTHONPATH', '')])}
-    env.pop('MINIAI_FUSED', None)
-    out = subprocess.run([sys.executable, '-c', COLD, what, str(steps)], capture_output=True, text=True, env=env, timeout=1800,
+    for k in ('MINIAI_FUSED', 'MINIAI_KERNEL'): env.pop(k, None)
+    out = subprocess.run([sys.executable, '-c', COLD, repr(time.time()), what, str(steps)], capture_output=True, text=True, env=env, timeout=1800,
                          cwd=cache)   # not the repo: `python -c` puts the working folder ahead of PYTHONPATH
     if out.returncode: raise RuntimeError(f'the cold-start process failed:\n{out.stderr[-2000:]}')
     path, numbers = out.stdout.strip().split('\n')[-2:]
     if not path.startswith(os.path.join(os.path.abspath(root), 'miniai')): raise RuntimeError(f'the cold-start process imported another miniai: {path}')
-    plain, made, ready, waited, *hooked = map(float, numbers.split())
-    return plain, made, int(ready), bool(waited), hooked
+    return json.loads(numbers)
 
 def wait_for_cache(cache, timeout=600):
-    "Wait until the compiling child of a cold process (it goes on after its parent exits) has written every loop to `cache`: the last one's index there, and no file changed for 3 s."
+    "Wait until the compiling child of a cold process (it goes on after its parent exits) has written every loop to `cache`: the sketch loop's index there (this tree's `loops.sketch_loop`, an older tree's `kernel._sketch_loop`), and no file changed for 3 s."
     t0, last = time.time(), None
     while time.time() - t0 < timeout:
         files = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(cache) for f in fs}
-        if any('kernel._sketch_loop-' in f and f.endswith('.nbi') for f in files) and files == last: return True
+        if any(('loops.sketch_loop-' in f or 'kernel._sketch_loop-' in f) and f.endswith('.nbi') for f in files) and files == last: return True
         last = files; time.sleep(3)
     return False
 
-def cold_report(n, what):
-    "`n` fresh processes with an empty numba cache, one after another, each followed by one with that cache warm."
-    rows = []
+def cold_report(n, what, baseline=None, steps=12):
+    "`n` rounds, each a fresh process with an empty numba cache then one with that cache warm, for this tree and (`baseline`) another copy of the package, one after the other in each round."
+    trees = [('this tree', None)] + ([('baseline', os.path.abspath(baseline))] if baseline else [])
+    rows = {name: {'empty': [], 'warm': []} for name, _ in trees}
     for i in range(n):
-        with tempfile.TemporaryDirectory() as d:
-            cold = cold_start(d, what)
-            warm = cold_start(d, what) if wait_for_cache(d) else None
-        rows.append((cold, warm))
-    for kind, k in (('empty numba cache', 0), ('warm numba cache', 1)):
-        got = [r[k] for r in rows if r[k] is not None]
-        if not got: continue
-        firsts = [h[0] / p for p, _, _, _, h in got]
-        rest = [v / p for p, _, _, _, h in got for v in h[1:]]
-        print(f"cold start of {what}, {kind} ({len(got)} fresh processes): first hooked step {', '.join(f'{v:.2f}x' for v in sorted(firsts))} "
-              f"of a plain step; the 11 after it {statistics.median(rest):.2f}x (median), at most {max(rest):.2f}x; "
-              f"making it {statistics.median(m for _, m, _, _, _ in got)*1e3:.0f} ms (median)")
+        for name, pkg in (trees if i % 2 == 0 else trees[::-1]):
+            with tempfile.TemporaryDirectory() as d:
+                rows[name]['empty'].append(cold_start(d, what, steps, pkg))
+                if wait_for_cache(d): rows[name]['warm'].append(cold_start(d, what, steps, pkg))
+    med = statistics.median
+    print(f"cold start of {what}, {n} rounds ({steps} hooked steps each; seconds from the process's start; steps as a multiple of a plain step):")
+    print("| tree | numba cache | loops ready at | first hooked step | it ended at | steps 2-12 (median) | making it |")
+    print("|---|---|---|---|---|---|---|")
+    for name, _ in trees:
+        for kind in ('empty', 'warm'):
+            got = rows[name][kind]
+            if not got: continue
+            ready = [g['ready_s'] for g in got]
+            ready_txt = f"{med(r for r in ready if r >= 0):.1f} s" if any(r >= 0 for r in ready) else 'after the run'
+            if any(r < 0 for r in ready) and any(r >= 0 for r in ready): ready_txt += f" ({sum(r < 0 for r in ready)} of {len(ready)} after the run)"
+            print(f"| {name} | {kind} | {ready_txt} | {med(g['hooked'][0] / g['plain'] for g in got):.2f}x | {med(g['first_step_done_s'] for g in got):.1f} s "
+                  f"| {med(v / g['plain'] for g in got for v in g['hooked'][1:]):.2f}x | {med(g['made'] for g in got)*1e3:.0f} ms |")
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
@@ -229,7 +245,7 @@ def main():
         clock = _timing.clock = time.thread_time      # what `interleaved` and `fit_once` time with
     dls = fashion_dls(1024)
     x, _ = next(iter(dls.train))
-    with fused_kernel(True): Recorder().record(torch.ones(100))   # the compiled loops ready (compiled or loaded) before any timing
+    with use_kernel('loops'): Recorder().record(torch.ones(100))   # the compiled loops ready (compiled or loaded) before any timing
     print(f"CPU: {cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {args.clock} clock; load average {os.getloadavg()[0]:.1f} at the start")
     t = per_call(x, args.rounds, load_baseline(args.baseline) if args.baseline else None)
     base = t['no hooks']
@@ -255,9 +271,9 @@ def main():
             fl = f" (its floor, {FIT_FLOOR[n]}: {statistics.median(ratios(ft[FIT_FLOOR[n]], ft['no hooks'])):.3f}x)" if n in FIT_FLOOR else ''
             print(f"| {n} | **{m:.3f}x** ({q1:.3f}-{q3:.3f}){fl} |")
         res['fit'] = ft
-    if args.ops: print('\ntorch ops per hook call on the torch path (fused_kernel(False)):', {k: round(v, 1) for k, v in ops_per_call(x).items()})
+    if args.ops: print('\ntorch ops per hook call on the torch path (use_kernel("torch")):', {k: round(v, 1) for k, v in ops_per_call(x).items()})
     if args.cold:
-        for what in ('ActivationStats', 'StatisticsConfig'): print(); cold_report(args.cold, what)
+        for what in ('ActivationStats', 'StatisticsConfig'): print(); cold_report(args.cold, what, args.baseline)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end (other jobs beside this one make every figure noisier)")
     if args.json: json.dump(res, open(args.json, 'w'))
 

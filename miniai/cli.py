@@ -145,7 +145,7 @@ def diagnose_run(model='baseline', epochs=None, lr=None, out='miniai-diagnosis',
     accuracy = float(metrics.log_hist[-1]['accuracy'])   # over the whole test set: the ranks' metrics are merged
     rows = astats.diagnose()
     for r in rows:   # a layer that saw no batch: its NaNs mean "not recorded"
-        if 'not recorded' in r['flags']: r.update({f'{k}_reason': 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)})
+        if any(f['issue'] == 'not recorded' for f in r['findings'] + r['notes']): r.update({f'{k}_reason': 'not recorded' for k, x in r.items() if isinstance(x, float) and math.isnan(x)})
     summary = dict(model=model, epochs=epochs, lr=lr, batch_size=bs, seed=seed, world_size=world_size(), accuracy=accuracy,
                    train_seconds=round(secs, 2), layers=rows)
     if max_batches is not None: summary['max_batches'] = max_batches

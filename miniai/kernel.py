@@ -6,18 +6,15 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, os, sys, time, json, hashlib, random, subprocess, threading, contextlib, importlib.util, importlib.metadata, warnings, types, weakref
-from collections import OrderedDict
+import math, random
 import numpy as np, torch
-import fastcore.all as fc
 from fastcore.basics import patch
-from .core import write_json
+from .passes import (FIELDS, flat_float, pow2_scale, moments_torch, sample_bins_torch, device_moments, device_sample_bins, np_view, INT_VIEWS,
+                           cpu_pass, sample_table, TABLE_ROWS, scale_hists, sample_bins, use_kernel, fused_kernel, chosen_kernel, loops_for,
+                           loops_ready, prepare_loops, reset_kernel, triton_for, KERNELS, SAMPLE_RUN)
 
 # %% auto #0
 __all__ = ['Moments', 'batch_moments', 'Recorder']
-
-# %% ../nbs/09c_kernel.ipynb #64a5b1c0
-FIELDS = ('count', 'nan', 'posinf', 'neginf', 'mean', 'm2', 'min', 'max', 'zeros', 'low', 'high')
 
 # %% ../nbs/09c_kernel.ipynb #a578cd0b
 _IX = {k: i for i, k in enumerate(FIELDS)}
@@ -96,483 +93,14 @@ def to_dict(self:Moments):
     d['std'] = math.sqrt(d['var']) if d['var'] == d['var'] else math.nan
     return d
 
-# %% ../nbs/09c_kernel.ipynb #602a9dcb
-# Every in-place op in this module writes into memory the kernel allocated itself (a fresh result or a copy):
-# `.float()`, `.double()`, `.view()`, `.reshape()`... may return the user's tensor, which is only ever read.
-def flat_float(x):
-    "`x` detached and flat, half types upcast to float32; None for non-float or empty tensors. Read only: it may be `x`'s own memory (a copy only when `x` is not contiguous or a half type)."
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.numel() == 0: return None
-    x = x.detach()
-    if x.dtype in (torch.float16, torch.bfloat16): return x.to(torch.float32, memory_format=torch.contiguous_format).view(-1)
-    return x.reshape(-1)        # e.g. a convolution's channels-last output: one copy
-
-
-def pow2_scale(amax):
-    "Powers of two `s` (shaped like `amax`) that bring the magnitudes `amax` into [0.5, 1); 1 where `amax` is 0 or not finite."
-    ok = torch.isfinite(amax) & (amax > 0)
-    e = torch.frexp(torch.where(ok, amax, torch.ones_like(amax)))[1]
-    return torch.ldexp(torch.ones_like(amax), (-torch.where(ok, e, 0)).clamp(max=1000))   # 2^1000: subnormals need no more
-
-# %% ../nbs/09c_kernel.ipynb #2f3dd92d
-def _torch_consts(dtype, device, numel, low, high, zeros, ranges, minmax):
-    "The constant tensors of `_moments_torch`: the |x| thresholds, the values counted, and the map from the counts to `FIELDS`."
-    with torch.inference_mode(False):
-        below = torch.tensor([low, high, math.inf], dtype=dtype, device=device)        # |x| below each: low, not high, finite
-        equal = torch.tensor([math.inf, -math.inf, 0.][:3 if zeros else 2], dtype=dtype, device=device)
-        M = torch.zeros(3 + len(equal), len(FIELDS), dtype=torch.float64)
-        bias = torch.zeros(len(FIELDS), dtype=torch.float64)
-        I = _IX
-        M[2, I['count']] = M[3, I['posinf']] = M[4, I['neginf']] = 1
-        bias[I['nan']] = numel; M[2:5, I['nan']] = -1                                 # what is neither finite nor ±Inf
-        if ranges: M[0, I['low']] = M[2, I['high']] = 1; M[1, I['high']] = -1          # finite and not below `high`
-        else: bias[I['low']] = bias[I['high']] = math.nan
-        if zeros: M[5, I['zeros']] = 1
-        else: bias[I['zeros']] = math.nan
-        if not minmax: bias[I['min']] = bias[I['max']] = math.nan
-        return below, equal, M.to(device), bias.to(device)
-
-def _moments_torch(x, low, high, zeros=True, ranges=True, minmax=True, consts=None):
-    "`batch_moments` with torch ops on `x`'s device, along its last dim (one row per row of a 2-d `x`): about 20 ops, no host sync. `consts`: a dict to keep the constant tensors in."
-    key = (x.dtype, x.device, x.shape[-1], float(low), float(high), bool(zeros), bool(ranges), bool(minmax))
-    c = consts.get(key) if consts is not None else None
-    if c is None:
-        c = _torch_consts(*key)
-        if consts is not None:
-            if len(consts) >= 8: consts.clear()
-            consts[key] = c
-    below, equal, M, bias = c
-    a = x.abs()
-    lt = a.unsqueeze(-2) < below[:, None]                # [..., 3, n]: |x| < low, |x| < high, finite
-    fin = lt[..., 2, :]
-    counts = torch.cat([lt, x.unsqueeze(-2) == equal[:, None]], -2).sum(-1, dtype=torch.float64)
-    out = torch.addmm(bias, counts.view(-1, counts.shape[-1]), M).view(*x.shape[:-1], len(FIELDS))   # every count, exact
-    n = out[..., _IX['count']]
-    # the corrected two-pass formula: the mean of the finite values, then the deviations from it, whose sum takes the first
-    # mean's rounding back out of both the mean and m2 (so a first value unlike the others, or a large mean, costs no precision)
-    scaled = x.dtype == torch.float64                    # float64 squares can overflow or underflow: a power of two first
-    if scaled:
-        e = torch.frexp(torch.where(fin, a, 0.).amax(-1, keepdim=True))[1]
-        s = torch.pow(2., e.neg_().clamp_(max=1000).double())
-        xs = x * s
-    else: xs = x                                         # float32 values: their sums and squares never overflow in float64
-    safe_n = n.clamp(min=1)
-    mean = torch.where(fin, xs, 0.).sum(-1, dtype=torch.float64) / safe_n
-    d = torch.where(fin, xs - mean[..., None], 0.)
-    S = d.sum(-1)
-    Q = d.square().sum(-1)                               # summed pairwise (a matmul's dot product sums in a long line: less exact)
-    corr = S / safe_n
-    mean, m2 = mean + corr, torch.addcmul(Q, S, corr, value=-1).clamp_(min=0)
-    if scaled: mean, m2 = mean / s[..., 0], m2 / s[..., 0] / s[..., 0]
-    out[..., 4:6] = torch.stack([mean, m2], -1)
-    if minmax:
-        inf = math.inf           # NaN and ±Inf out of the way of each
-        out[..., 6:8] = torch.stack([x.nan_to_num(inf, inf, inf).amin(-1), x.nan_to_num(-inf, -inf, -inf).amax(-1)], -1)
-    return out
-
-# %% ../nbs/09c_kernel.ipynb #ff8888f2
-# How the loops stay exact. The moments are taken in blocks of `_BLOCK` values: each block's deviations are summed around
-# one of its own values `K` (a shift that keeps them small) and the corrected two-pass formula `m2 = Σd² - (Σd)²/k` takes
-# out what K's distance from the block mean costs; blocks merge with Chan's formula. The same loop counts the values below
-# `low`, from `high` on and equal to 0 (float sums of ones, exact in a block). A block holding a NaN or Inf (its sum of
-# squares is then not finite) is redone value by value, its finite values scaled by a power of two (exact) so that no square
-# overflows. The min and max come from the floats' bits (the bits of finite floats sort like integers), block by block.
-# fastmath's 'reassoc' lets the loops add in any order; they never assume that the values are finite.
-_BLOCK = 4096
-
-def _block_loop(x, K, lo, hi, ranges, zeros):
-    "Σd, Σd² (d = x - K, in float64) and, when asked, the counts of |x| < lo and |x| >= hi (`ranges`) and of x == 0 (`zeros`) of block `x` (a view of one block, read from 0: a loop from an offset into the whole array did not vectorise, 4x slower)."
-    one, nil = x.dtype.type(1), x.dtype.type(0)
-    q = c = 0.
-    for i in range(x.size):             # the moments alone: float32 values and float64 sums in one loop vectorise well,
-        d = np.float64(x[i]) - K         # with the float32 counts beside them they did not (twice the time of two loops)
-        q += d * d; c += d
-    l = h = z = nil
-    if ranges and zeros:                 # the block again, from the cache, counting only what is asked (each count costs)
-        for i in range(x.size):
-            v = x[i]
-            a = abs(v)
-            l += one if a < lo else nil
-            h += one if a >= hi else nil
-            z += one if v == nil else nil
-    elif ranges:
-        for i in range(x.size):
-            a = abs(x[i])
-            l += one if a < lo else nil
-            h += one if a >= hi else nil
-    elif zeros:
-        for i in range(x.size): z += one if x[i] == nil else nil
-    return c, q, l, h, z
-
-def _bits_loop(ints, uints, smin, smax, umax):
-    "The signed min and max and the unsigned max of the bits of one block (views) and of `smin`, `smax`, `umax`."
-    for i in range(ints.size):
-        b = ints[i]
-        smin = min(smin, b); smax = max(smax, b); umax = max(umax, uints[i])
-    return smin, smax, umax
-
-def _slow_block(x, st, e):
-    "`(k, mean, m2, nan, posinf, neginf, min, max)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two."
-    k = nan = pinf = ninf = 0
-    big, mn, mx = 0., np.inf, -np.inf
-    for i in range(st, e):
-        v = np.float64(x[i])
-        if v != v: nan += 1
-        elif v == np.inf: pinf += 1
-        elif v == -np.inf: ninf += 1
-        else:
-            k += 1
-            big = max(big, abs(v)); mn = min(mn, v); mx = max(mx, v)
-    if k == 0: return 0, 0., 0., nan, pinf, ninf, mn, mx
-    sc = math.ldexp(1., min(-math.frexp(big)[1], 1000)) if big > 0 else 1.
-    s = 0.
-    for i in range(st, e):
-        v = np.float64(x[i])
-        if np.isfinite(v): s += v * sc
-    mb = s / k
-    q = c = 0.
-    for i in range(st, e):
-        v = np.float64(x[i])
-        if np.isfinite(v):
-            d = v * sc - mb
-            q += d * d; c += d
-    return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx
-
-def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
-    "`batch_moments` of the flat float array `x` (`ints`, `uints`: its bits as signed and unsigned integers) into `out`; the counts `ranges` and `zeros` and `minmax` only when asked (else NaN). The values at the sorted positions `sidx` (a sketch's sample) into `g` as float64, each block's while it is in the cache."
-    lo, hi = x.dtype.type(low), x.dtype.type(high)
-    n, mean, m2 = 0., 0., 0.
-    K0, off = 0., 0.           # block means are merged as offsets from the first one: small numbers, merged precisely
-    nan = pinf = ninf = 0
-    n_low = n_high = n_zero = 0.
-    smin, smax, umax = ints[0], ints[0], uints[0]
-    fmn, fmx, bits = np.inf, -np.inf, False          # min/max of the blocks with NaN/Inf; whether the bits hold any block
-    p = 0                                            # the next sketch sample position
-    for st in range(0, x.size, _BLOCK):
-        e = min(st + _BLOCK, x.size)
-        K = np.float64(x[st])
-        xb = x[st:e]
-        c, q, l, h, z = _block_loop(xb, K, lo, hi, ranges, zeros)
-        if np.isfinite(q) and c * c > 0.5 * q * (e - st):   # K (a head unlike the rest) lies over a std from the block mean:
-            K = K + c / (e - st)                             # its distance would cost precision, so the block is read again
-            c, q, _, _, _ = _block_loop(xb, K, lo, hi, False, False)        # around its mean (rare: the block is still in the cache)
-        n_low += l; n_high += h; n_zero += z
-        while p < sidx.size and sidx[p] < e:
-            g[p] = x[sidx[p]]; p += 1
-        if np.isfinite(q):                      # every value finite, squares in range
-            k = e - st
-            mb, m2b = K + c / k, max(q - c * c / k, 0.)
-            base, rel = K, c / k                # the block mean as K plus a small offset: no rounding of `mb`
-            if minmax:
-                if not bits: smin, smax, umax = ints[st], ints[st], uints[st]
-                smin, smax, umax = _bits_loop(ints[st:e], uints[st:e], smin, smax, umax); bits = True
-        else:
-            k, mb, m2b, a, b, cc, bmn, bmx = _slow_block(x, st, e)
-            nan += a; pinf += b; ninf += cc
-            fmn = min(fmn, bmn); fmx = max(fmx, bmx)
-            if k == 0: continue
-            base, rel = mb, 0.
-        if n == 0:
-            n, mean, m2, K0, off = k, mb, m2b, base, rel
-            continue
-        ob = (base - K0) + rel
-        tot = n + k                             # Chan's merge, as `fold` does it
-        d = ob - off
-        mean = mean * (n / tot) + mb * (k / tot)
-        off = off * (n / tot) + ob * (k / tot)
-        m2 = m2 + m2b + (d * math.sqrt(n * k / tot))**2
-        n = tot
-    if n > 0 and np.isfinite(off) and np.isfinite(K0 + off): mean = K0 + off
-    out[0], out[1], out[2], out[3], out[4], out[5] = n, nan, pinf, ninf, mean, m2
-    out[6] = out[7] = out[8] = out[9] = out[10] = np.nan
-    if zeros: out[8] = n_zero
-    if ranges: out[9], out[10] = n_low, n_high - pinf - ninf   # Inf is not a finite value beyond `high`
-    if minmax:
-        mn, mx = fmn, fmx
-        if bits:
-            # finite floats: positives sort as signed integers; negatives (sign bit set) sort by magnitude as unsigned ones
-            t = np.empty(2, uints.dtype)
-            ti = t.view(ints.dtype)
-            if smin < 0: t[0] = umax
-            else: ti[0] = smin
-            ti[1] = smax if smax >= 0 else smin
-            f = t.view(x.dtype)
-            mn = min(mn, np.float64(f[0])); mx = max(mx, np.float64(f[1]))
-        out[6], out[7] = mn, mx
-        if n > 0 and mn == mx: out[4], out[5] = mn, 0.   # a constant (blocks of one value give 0 anyway)
-    if n == 0: out[4], out[5] = 0., 0.
-
-def _bins_loop(x, idx, run, scale, hist):
-    "Add the runs of `run` values starting at `idx` (all of `x` when `idx` is empty) to `hist` by bin `min(|x| * scale, bins)` (NaN in the last)."
-    top = np.float64(hist.size - 2)
-    if idx.size == 0:
-        for i in range(x.size):
-            v = abs(np.float64(x[i])) * scale
-            hist[int(v if v < top else top)] += 1      # branch-free: NaN and Inf go to the top bin
-    else:
-        for s in idx:
-            for i in range(s, s + run):
-                v = abs(np.float64(x[i])) * scale
-                hist[int(v if v < top else top)] += 1
-
-def _record_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, idx, run, scale, hist, sidx, skp, counts, acc):
-    "What `Recorder.record` computes on the CPU, in one call: the pass into `out`, the sample's bins into `hist` (when it has any), and the sketch sample at `sidx` (when there is one) into `counts` and `acc` (see `_add_keys`)."
-    g = np.empty(sidx.size)
-    _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g)
-    if hist.size: _bins_loop(x, idx, run, scale, hist)
-    if sidx.size: _add_keys(_keys(g, skp), out[0], counts, acc)
-
-def _rows_loop(a, ints, uints, low, high, zeros, ranges, minmax, out):
-    "`_pass_loop` for each row of 2-d `a` into the rows of `out`."
-    none, g = np.empty(0, np.int64), np.empty(0)
-    for r in range(a.shape[0]): _pass_loop(a[r], ints[r], uints[r], low, high, zeros, ranges, minmax, out[r], none, g)
-
-def _keys(g, skp):
-    "The `QuantileSketch` buckets (int64) of the float64 values `g`, -1 for those not finite. `skp`: 1/ln(gamma), the first key, 1/(keys per bucket) and the buckets per sign at the sketch's level."
-    b = g.view(np.int64)
-    js = np.empty(g.size, np.int64)
-    k = skp[3]
-    for i in range(g.size):
-        v = g[i]
-        # ln|v| from the float's bits: the exponent, and ln of the mantissa in [sqrt(1/2), sqrt(2)) by the odd series of
-        # atanh (error below 2e-11, where the bucket bounds allow 1e-5): float multiplies that vectorise on contiguous
-        # values, where a libm call took 4x as long; the bucket from the key in floats too (exact: small integers, a power of 2)
-        e = np.float64(((b[i] >> 52) & 2047) - 1023)
-        f = 1. + np.float64(b[i] & 0xFFFFFFFFFFFFF) * 2.220446049250313e-16
-        big = f > 1.4142135623730951
-        f = f * 0.5 if big else f
-        e = e + 1. if big else e
-        s = (f - 1.) / (f + 1.)
-        s2 = s * s
-        lnv = e * 0.6931471805599453 + 2. * s * (1. + s2 * (1/3 + s2 * (1/5 + s2 * (1/7 + s2 * (1/9 + s2 * (1/11))))))
-        j = min(max(np.floor((np.ceil(lnv * skp[0]) - skp[1]) * skp[2]), 0.), k - 1.) + 1.   # np's floor: math's took 6x as long
-        r = k + j if v > 0 else (k - j if v < 0 else k)
-        js[i] = np.int64(r) if abs(v) < np.inf else np.int64(-1)
-    return js
-
-def _add_keys(js, count, counts, acc):
-    "Add buckets `js` (-1: not finite, not counted) to `counts`, each weighing `count / finite values` (1 when `count` < 0); with a weight, `acc` += (finite values, their weight, sum of squared weights)."
-    taken = 0
-    for p in range(js.size): taken += 1 if js[p] >= 0 else 0
-    w = 1. if count < 0 else (count / taken if taken else 0.)
-    for p in range(js.size):
-        if js[p] >= 0: counts[js[p]] += w
-    if count >= 0:
-        acc[0] += taken; acc[1] += w * taken; acc[2] += w * w * taken
-
-def _sketch_loop(x, skp, counts):
-    "Every value of `x` into sketch `counts`, weight 1 (a tensor taken whole), 64K values at a time."
-    for st in range(0, x.size, 65536):
-        g = x[st:st + 65536].astype(np.float64)
-        _add_keys(_keys(g, skp), -1., counts, counts[:0])
-
-
-# %% ../nbs/09c_kernel.ipynb #d5a7dbac
-_HAVE_NUMBA = importlib.util.find_spec('numba') is not None
-_FUSED = [_HAVE_NUMBA]            # the process-wide default: the loops when numba is there (and MINIAI_FUSED is not 0)
-_local = threading.local()        # `fused_kernel`'s choice, for this thread only
-_LOOPS = {}                       # 'record', 'rows', 'sketch': the compiled loops once ready; 'failed' when numba could not compile
-_LOOP_NAMES = ('_block_loop', '_bits_loop', '_slow_block', '_pass_loop', '_bins_loop', '_record_loop', '_rows_loop', '_keys', '_add_keys', '_sketch_loop')
-_COMPILE_LOCK, _COMPILED = threading.Lock(), threading.Event()
-
-def _jit_loops(ns):
-    "Compile the loops named in `_LOOP_NAMES`, plain functions in namespace `ns` where they call each other, with numba into `ns` (cached on disk where it can), then call each once per float type so that no hook compiles. Only numba and numpy: the compiling process runs this from the file's source without importing torch (`_CHILD`). Whether the disk cache was used."
-    import numba
-    opts = dict(fastmath={'reassoc', 'contract'}, nogil=True, error_model='numpy')
-    on_disk = True
-    for name in _LOOP_NAMES:
-        try: ns[name] = numba.njit(cache=True, **opts)(ns[name])
-        except Exception: ns[name], on_disk = numba.njit(**opts)(ns[name]), False          # no writable cache folder: compile in memory
-    for dt, it, ut in ((np.float32, np.int32, np.uint32), (np.float64, np.int64, np.uint64)):
-        a, skp = np.zeros(2, dt), np.array([1., -2047, 1, 4095])
-        ns['_record_loop'](a, a.view(it), a.view(ut), 0.25, 10., True, True, True, np.empty(len(FIELDS)), np.zeros(0, np.int64), 16, 4.,
-                           np.zeros(42, np.int64), np.zeros(1, np.int64), skp, np.zeros(8191), np.zeros(3))
-        ns['_rows_loop'](a[None], a.view(it)[None], a.view(ut)[None], 0.25, 10., True, True, True, np.empty((1, len(FIELDS))))
-        ns['_sketch_loop'](a, skp, np.zeros(8191))
-    return on_disk
-
-def _compile_loops():
-    "Compile the loops (numba, cached on disk) into `_LOOPS`; a warning, and the torch ops from then on, when numba cannot."
-    try:
-        ns = dict(globals())     # the loops call each other compiled in this namespace; the module's own names stay Python
-        for name in _LOOP_NAMES:
-            f = globals()[name]
-            ns[name] = types.FunctionType(f.__code__, ns, name, f.__defaults__)
-            ns[name].__qualname__, ns[name].__module__ = f.__qualname__, f.__module__
-        if _jit_loops(ns): _mark_cached()
-        _LOOPS.update(record=ns['_record_loop'], rows=ns['_rows_loop'], sketch=ns['_sketch_loop'])
-    except Exception as e:
-        _LOOPS['failed'] = True
-        warnings.warn(f"miniai: the compiled CPU kernel is off ({type(e).__name__}: {e}); torch ops compute the statistics instead")
-    finally: _COMPILED.set()
-
-def _stamp():
-    "What numba's disk cache of the loops depends on: this file's content (numba stamps its cache with a hash of the source, not its time: re-exporting the same module keeps the cache good), numba's version and Python's; None when run from the notebook."
-    if '__file__' not in globals(): return None
-    try:
-        with open(__file__, 'rb') as f: sha = hashlib.sha256(f.read()).hexdigest()
-        return dict(source=os.path.abspath(__file__), sha256=sha, numba=importlib.metadata.version('numba'), python=sys.implementation.cache_tag)
-    except (OSError, importlib.metadata.PackageNotFoundError): return None
-
-def _markers():
-    "Where the file that says which `_stamp` the cached loops were compiled for may be (one per source path: several installs may share a folder): beside numba's cache in `NUMBA_CACHE_DIR` when set, else in the package's `__pycache__`, else (an install this user cannot write to, whose loops numba caches in the user's folder) in the user's cache folder."
-    src = os.path.abspath(__file__)
-    name = f"miniai-kernel-{hashlib.sha256(src.encode()).hexdigest()[:12]}.json"
-    if os.environ.get('NUMBA_CACHE_DIR'): return [os.path.join(os.environ['NUMBA_CACHE_DIR'], name)]
-    user = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'), 'miniai')
-    return [os.path.join(os.path.dirname(src), '__pycache__', name), os.path.join(user, name)]
-
-def _marker():
-    "The marker file to write: the first of `_markers` whose folder is there and writable, or can be made."
-    paths = _markers()
-    for p in paths:
-        d = os.path.dirname(p)
-        with contextlib.suppress(OSError): os.makedirs(d, exist_ok=True)
-        if os.path.isdir(d) and os.access(d, os.W_OK): return p
-    return paths[0]
-
-def _cached(stamp=None):
-    "Whether numba's disk cache holds the loops of this very file, by the marker `_compile_loops` writes once they are compiled and cached (then loading them here takes a moment). `stamp`: `_stamp()`, when the caller has it."
-    stamp = stamp or _stamp()
-    if stamp is None: return False
-    for p in _markers():
-        try:
-            with open(p) as f:
-                if json.load(f) == stamp: return True
-        except (OSError, ValueError): pass
-    return False
-
-def _mark_cached():
-    "Write the marker of the loops just compiled into (or loaded from) numba's disk cache, when none says so yet; nothing when it cannot be written."
-    stamp = _stamp()
-    if stamp is None or _cached(stamp): return
-    with contextlib.suppress(OSError): write_json(_marker(), stamp, durable=False)
-
-# The compiling process: the lowest priority (nice 19 and, where Linux has it, SCHED_IDLE), so that it runs only on a core training
-# leaves idle; and light: it takes the loops, the constants they read and `_jit_loops` out of this file's source (argv[1]) and
-# compiles them under the file's name, importing numba and numpy but not torch (whose import alone, even at idle priority, slowed
-# the training step it overlapped up to 4x). numba keys its cache by the file, each function's line and bytecode: the same as here.
-_CHILD = """import os, sys, ast, math
-os.nice(19)
-try: os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-except (AttributeError, OSError): pass
-import numpy as np
-path = sys.argv[1]
-with open(path, 'rb') as f: tree = ast.parse(f.read(), path)
-ns = {'__name__': sys.argv[2], 'math': math, 'np': np}
-def run(nodes): exec(compile(ast.Module(nodes, []), path, 'exec', flags=0x1000000, dont_inherit=True), ns)   # the module's `from __future__ import annotations`
-run([n for n in tree.body if isinstance(n, ast.Assign) and [getattr(t, 'id', None) for t in n.targets] in (['_BLOCK'], ['FIELDS'], ['_LOOP_NAMES'])])
-imports = ast.parse('import math; import numpy as np').body   # names bound by an import compile as in the module: np.f(...) is LOAD_ATTR, not LOAD_METHOD
-run(imports + [n for n in tree.body if isinstance(n, ast.FunctionDef) and (n.name in ns['_LOOP_NAMES'] or n.name == '_jit_loops')])
-written = ns['_jit_loops'](ns)
-if written and len(sys.argv) > 4:   # the cache written: the marker the parent passed says so, even when the parent has exited (`_cached`)
-    import tempfile
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(sys.argv[4]), prefix='.miniai-kernel-')
-    with os.fdopen(fd, 'w') as f: f.write(sys.argv[3])
-    os.replace(tmp, sys.argv[4])
-"""
-
-def _compile_in_background():
-    "Compile the loops in a child process at the lowest priority (`_CHILD`; it writes numba's disk cache without taking this process's GIL or its CPU time, so training goes on), then load them here from the cache (or compile them here when the child could not)."
-    if not _LOOPS['cached'] and '__file__' in globals():   # as `_start_compiling` found it
-        try:
-            child = _spawn_idle([sys.executable, '-c', _CHILD, _record_loop.__code__.co_filename, __name__, json.dumps(_stamp()), _marker()],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            child.wait(timeout=900)
-        except Exception: pass
-    _compile_loops()
-
-def _spawn_idle(args, **kwargs):
-    "`subprocess.Popen(args, **kwargs)` from a thread that first lowers its own priority (nice 19, SCHED_IDLE: Linux sets them per thread, and a child inherits them), so that the child runs at the lowest priority from its first instruction: started at normal priority, its interpreter's start alone slowed a training step 2-6x. Elsewhere the same calls would lower the whole process, so the child lowers itself (`_CHILD`)."
-    box = []
-    def spawn():
-        if sys.platform.startswith('linux'):
-            try:
-                os.setpriority(os.PRIO_PROCESS, 0, 19)
-                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-            except (AttributeError, OSError): pass
-        try: box.append(subprocess.Popen(args, **kwargs))
-        except Exception as e: box.append(e)
-    t = threading.Thread(target=spawn, name='miniai-kernel-spawn', daemon=True)
-    t.start(); t.join()
-    if isinstance(box[0], Exception): raise box[0]
-    return box[0]
-
-def _start_compiling():
-    with _COMPILE_LOCK:
-        if 'started' in _LOOPS: return
-        _LOOPS['started'], _LOOPS['cached'] = True, _cached()
-    threading.Thread(target=_compile_in_background, name='miniai-kernel-compile', daemon=True).start()
-
-def _loops(wait):
-    "The compiled loops, or None: then the torch ops run. The first call starts compiling them in a background thread (seconds the first time, then from numba's disk cache), waiting for it at most `wait` seconds (None: until done)."
-    if 'record' in _LOOPS: return _LOOPS
-    if 'failed' in _LOOPS: return None
-    _start_compiling()
-    _COMPILED.wait(wait)
-    return _LOOPS if 'record' in _LOOPS else None
-
-_FIRST_WAIT = 2.   # seconds a first recording waits for the loops when numba's disk cache holds them, before the torch ops run
-
-# %% ../nbs/09c_kernel.ipynb #1f0d8780
-@contextlib.contextmanager
-def fused_kernel(enabled=True):
-    "Within this block, in this thread, the compiled CPU loops are used (`True`, the default when numba is installed; it waits for them to compile) or the torch ops that other devices run (`False`)."
-    old, _local.fused = getattr(_local, 'fused', None), bool(enabled) and _HAVE_NUMBA
-    try: yield
-    finally: _local.fused = old
-
-# %% ../nbs/09c_kernel.ipynb #6aa926a6
-_INT_VIEWS = {np.dtype(np.float32): (np.int32, np.uint32), np.dtype(np.float64): (np.int64, np.uint64)}
-# numpy's view of a CPU tensor (no copy), taken through the method itself: `count_syncs` watches `Tensor.numpy`,
-# which on a GPU tensor would be a device read, and the compiled loops only ever see CPU tensors
-_np_view = torch.Tensor.numpy
-_NO_INDEX, _NO_HIST, _NO_SKP, _NO_F64 = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(4), np.zeros(0)
-
-def _cpu_pass(loops, f, low, high, zeros, ranges, minmax, idx=None, run=1, scale=1., bins=None, sketch=None):
-    "The pass (a `Moments` row tensor) and, when `bins` is given, the raw bins of the sample at `idx` (all of `f` when None), in one compiled call; `sketch`: `(positions, skp, counts, acc)` numpy arrays of a sketch sample to bucket in the same pass (see `_record_loop`)."
-    a = _np_view(f)
-    i, u = _INT_VIEWS[a.dtype]
-    out = np.empty(len(FIELDS))
-    hist = _NO_HIST if bins is None else np.zeros(bins + 2, np.int64)
-    loops['record'](a, a.view(i), a.view(u), low, high, zeros, ranges, minmax, out,
-                    _NO_INDEX if idx is None else _np_view(idx), run, scale, hist, *(sketch or (_NO_INDEX, _NO_SKP, _NO_F64, _NO_F64)))
-    return torch.from_numpy(out), (None if bins is None else torch.from_numpy(hist))
-
+# %% ../nbs/09c_kernel.ipynb #6d732a4d
 def batch_moments(x, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     "The `Moments` of every value of tensor `x` (any shape; half types upcast), on its device, with no host sync. `low`/`high`: the `|x|` thresholds of the `low` and `high` counts. `zeros`, `ranges` (`low`, `high`) and `minmax`: `False` skips them (the fields read NaN)."
     f = flat_float(x)
     if f is None: raise TypeError(f"batch_moments needs a non-empty floating point tensor, got {x.dtype if isinstance(x, torch.Tensor) else type(x).__name__}")
     loops = loops_for(f)
-    if loops is not None: return Moments(_cpu_pass(loops, f, float(low), float(high), bool(zeros), bool(ranges), bool(minmax))[0])
-    return Moments(_moments_torch(f, low, high, zeros, ranges, minmax))
-
-# %% ../nbs/09c_kernel.ipynb #a27667e8
-def loops_for(x, wait=True):
-    "The compiled loops when they compute `x`'s statistics (a CPU float32/float64 tensor, and the loops chosen and ready), else None. While they load from numba's disk cache the first call waits for them (at most `_FIRST_WAIT` seconds), unless `wait=False` (a caller that can keep the tensor for later)."
-    if not (x.is_cpu and x.dtype in (torch.float32, torch.float64)): return None
-    want = getattr(_local, 'fused', None)
-    if want is None:
-        if not (_FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'): return None     # `_default_fused()`, inline: the hot path
-        if 'record' in _LOOPS: return _LOOPS
-        if _FUSED[0] is not _HAVE_NUMBA: return _loops(None)
-        _start_compiling()
-        return _loops(_FIRST_WAIT if _LOOPS['cached'] and wait else 0)     # a cached load is quick: wait for it; a compile is not
-    return _loops(None) if want else None
-
-def _default_fused():
-    "Whether the loops are the default where no `fused_kernel` block chose: numba there (`_FUSED`) and `MINIAI_FUSED` not 0 (read now)."
-    return _FUSED[0] and os.environ.get('MINIAI_FUSED', '1') != '0'
-
-def _fused_chosen():
-    "Whether this thread records with the loops: its `fused_kernel` choice, else the default."
-    want = getattr(_local, 'fused', None)
-    return _default_fused() if want is None else want
-
-def prepare_loops():
-    "Start getting the compiled loops ready now, in the background: loaded from numba's disk cache, or compiled in a child process. `ActivationStats` and the collector call it when they are made, so that their first training step neither waits for a load nor pays for starting the compiler. Nothing when the torch ops are chosen (`MINIAI_FUSED=0`, `fused_kernel(False)`, no numba)."
-    if 'started' in _LOOPS or not _FUSED[0] or not _fused_chosen(): return
-    _start_compiling()
-    if _LOOPS['cached']: _COMPILED.wait(_FIRST_WAIT)   # a load from the cache (a fraction of a second, once per process) is done here, not in a step
+    if loops is not None: return Moments(cpu_pass(loops, f, float(low), float(high), bool(zeros), bool(ranges), bool(minmax))[0])
+    return Moments(device_moments(f, low, high, zeros, ranges, minmax))
 
 # %% ../nbs/09c_kernel.ipynb #c38c5f71
 def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
@@ -583,126 +111,17 @@ def row_moments(a, low=0.25, high=10., zeros=True, ranges=True, minmax=True):
     if a.numel() == 0: return Moments.empty(len(a), device=a.device)
     loops = loops_for(a)
     if loops is not None:
-        x = _np_view(a)
-        i, u = _INT_VIEWS[x.dtype]
+        x = np_view(a)
+        i, u = INT_VIEWS[x.dtype]
         out = np.empty((len(a), len(FIELDS)))
         loops['rows'](x, x.view(i), x.view(u), float(low), float(high), bool(zeros), bool(ranges), bool(minmax), out)
         return Moments(torch.from_numpy(out))
-    return Moments(_moments_torch(a, low, high, zeros, ranges, minmax))
-
-# %% ../nbs/09c_kernel.ipynb #affc8c24
-_TABLE_ROWS = 32
-_TABLES, _TABLES_MAX, _TABLES_LOCK = OrderedDict(), 8, threading.Lock()   # the last few tables drawn (bounded: sequence lengths vary)
-
-def _table_row(n, k, run, row, device):
-    "Row `row` of the sample table of runs of `run` values among `n`: `k` int64 start positions, the j-th drawn uniformly in the j-th of `k` equal slices of [0, n - run], from a generator seeded by `(n, row)` alone."
-    with torch.inference_mode(False):     # a row first drawn in a calibration pass is a normal tensor too
-        g = torch.Generator(device=device).manual_seed(n * _TABLE_ROWS + row)
-        u = torch.rand(k, generator=g, dtype=torch.float64, device=device)
-        if u.is_cpu:    # numpy: the same float64 operations, in place, on one thread (in a hook, torch's threads may be asleep after the loops)
-            t = np.add(_np_view(u), np.arange(k, dtype=np.float64))
-            t *= (n - run + 1) / k
-            np.minimum(t, n - run, out=t)
-            return torch.from_numpy(t.astype(np.int64))      # truncation is the floor: every position is >= 0
-        pos = (torch.arange(k, dtype=torch.float64, device=device) + u) * ((n - run + 1) / k)
-        return pos.floor_().clamp_(0, n - run).long()
-
-class _SampleTable:
-    "`_TABLE_ROWS` stratified sets (int64 rows) of `sample // run` start positions of runs of `run` values among `n` (see `_table_row`), each row drawn the first time it is asked for: a first step draws only the row it samples (a whole table of the sketch's 16384 positions took 4-5 ms, a row 0.07 ms)."
-    def __init__(self, n, sample, device, run): self.n, self.k, self.device, self.run, self.rows = n, sample // run, device, run, [None] * _TABLE_ROWS
-    def __len__(self): return _TABLE_ROWS
-    def __getitem__(self, row):
-        t = self.rows[row]
-        if t is None:       # the same for any thread: drawn twice at worst
-            if torch.device(self.device).type == 'cpu' and 'record' in _LOOPS and _fused_chosen():   # the compiled loops sample it: this row only
-                t = self.rows[row] = _table_row(self.n, self.k, self.run, int(row) % _TABLE_ROWS, self.device)
-            else:           # the torch ops (what a GPU runs): every row now, once, so that no later call adds ops
-                self.rows = [r if r is not None else _table_row(self.n, self.k, self.run, i, self.device) for i, r in enumerate(self.rows)]
-                t = self.rows[row]
-        return t
-    def stack(self):
-        "Every row, as one `[_TABLE_ROWS, sample // run]` tensor."
-        return torch.stack([self[r] for r in range(_TABLE_ROWS)])
-
-def _sample_table(n, sample, device, run=1):
-    "The `_SampleTable` of runs of `run` values among `n`: the same rows for the same arguments, the last few kept."
-    key = (n, sample, run, str(device))
-    with _TABLES_LOCK:
-        tab = _TABLES.get(key)
-        if tab is not None: _TABLES.move_to_end(key)
-        else:
-            tab = _TABLES[key] = _SampleTable(n, sample, device, run)
-            while len(_TABLES) > _TABLES_MAX: _TABLES.popitem(last=False)
-    return tab
-
-def _sample_bins_torch(x, bins, hi, idx=None, consts=None):
-    "Raw counts (int64, `bins`+2) of the values of flat float `x` at positions `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`, with torch ops; only the middle bins 1..bins-1 are used (the others come exact from the pass)."
-    scale = bins / hi
-    v = x if idx is None else x.index_select(0, idx)
-    exact32 = x.dtype == torch.float32 and math.frexp(scale)[0] == 0.5      # a power of two: |x|*scale exact in float32 too
-    a = v.abs() if exact32 else v.to(torch.float64, copy=True).abs_()       # as the loop computes it, in memory of our own
-    top = _const(consts, ('top', a.dtype, a.device, bins), lambda: torch.tensor(float(bins), dtype=a.dtype, device=a.device))
-    b = torch.fmin(a.mul_(scale), top).long()         # NaN and Inf to the top bin, as in the loop
-    ones = _const(consts, ('ones', b.device, len(b)), lambda: torch.ones(len(b), dtype=torch.int64, device=b.device))
-    return torch.zeros(bins + 2, dtype=torch.int64, device=x.device).index_add_(0, b, ones)
-
-def _const(consts, key, make):
-    "`consts[key]`, made by `make()` the first time (outside inference mode); `consts` None: made every time. At most 16 kept."
-    c = None if consts is None else consts.get(key)
-    if c is None:
-        with torch.inference_mode(False): c = make()
-        if consts is not None:
-            if len(consts) >= 16: consts.clear()
-            consts[key] = c
-    return c
-
-def _sample_bins(x, bins=40, hi=10., idx=None, run=1):
-    "Raw counts (int64, `bins`+2) of the runs of `run` values of flat float `x` starting at `idx` (all values when None) by bin `min(|x|*bins/hi, bins)`, NaN in bin `bins`."
-    loops = loops_for(x)
-    if loops is not None: return _cpu_pass(loops, x, 0.25, 10., False, False, False, idx, run, bins / hi, bins)[1]
-    if idx is not None and run > 1: idx = (idx[:, None] + torch.arange(run, device=idx.device)).view(-1)
-    return _sample_bins_torch(x, bins, hi, idx)
-
-def _scale_hists(raw, t):
-    "Histograms (`[B, bins+1]`, float32) from raw sample bins `raw` (`[B, bins+2]`) and the exact `Moments` rows `t` (a tensor): edge bins exact, middle bins scaled to the exact count between."
-    raw = raw.double()
-    mid = raw[:, 1:-2]
-    low, high = t[:, _IX['low']], t[:, _IX['high']]
-    want = (t[:, _IX['count']] - low - high).clamp(min=0)
-    got = mid.sum(1)
-    mid = mid * torch.where(got > 0, want / got.clamp(min=1), 0.)[:, None]
-    return torch.cat([low[:, None], mid, high[:, None]], 1).float()
+    return Moments(device_moments(a, low, high, zeros, ranges, minmax))
 
 # %% ../nbs/09c_kernel.ipynb #4797216b
-_RUN = 16   # the histogram sample's values come in runs of one cache line
-_KEEP_CAP = 256 * 2**20          # bytes of tensor copies the recorders may keep while the loops compile; beyond it the torch ops run
-_KEEPING = weakref.WeakSet()     # the recorders keeping some
-_PAUSE_AFTER = 10.               # seconds the torch ops may spend recording CPU tensors in place of loops still compiling; then a recording waits for them
-_FALLBACK = dict(seconds=0., warned=False)   # those seconds so far, in this process (the cold start only: never touched once the loops are ready)
-
-def _pause_for_loops():
-    "The loops, waited for. The torch ops have spent `_PAUSE_AFTER` seconds recording in their place, about what the compile takes on a free core: on a machine whose cores training keeps busy the compiling process (idle priority) runs only when training waits, so waiting now costs at most as much again, and every later step is fast. Warns once."
-    if not _FALLBACK['warned']:
-        _FALLBACK['warned'] = True
-        warnings.warn(f"miniai: its compiled statistics loops are still compiling (once per install); recording without them has taken "
-                      f"{_FALLBACK['seconds']:.0f} s so far, so this step waits for them (about {_PAUSE_AFTER:.0f} s on a free core)", stacklevel=3)
-    return _loops(None)
-
-def _stand_in(f):
-    "Whether the torch ops would record `f` in place of the loops: a CPU float32/float64 tensor, the loops chosen, and still compiling."
-    return ('started' in _LOOPS and 'record' not in _LOOPS and 'failed' not in _LOOPS and f.is_cpu
-            and f.dtype in (torch.float32, torch.float64) and _fused_chosen())
-
-def _keeps(rec, f):
-    "Whether `rec` keeps a copy of `f` for the loops, which are compiling now (a copy costs about one read and one write; the torch ops, several float64 passes), within `_KEEP_CAP`."
-    return _stand_in(f) and sum(r._kept_bytes for r in _KEEPING) + f.numel() * f.element_size() <= _KEEP_CAP
-
 class Recorder:
     "Statistics of one tensor stream, kept on its device until read: a `Moments` row and an |x| histogram per batch (lesson 10), or every batch folded into one row (`fold=True`, run-wide)."
     fold_every = 64
-    _replay, _kept, _kept_bytes = None, (), 0    # see `record` and `flush`
-    replays = True    # read from each class's own dict: a subclass keeps copies only when it sets it too (passing a kept tensor later, in order, gives its numbers)
-    keep_ok = True    # False: never keep copies (an owner with a memory budget they would not count in)
     def __init__(self, bins=40, hi=10., sample=16384, exact=False, fold=False, zeros=False, ranges=True, minmax=True, seed=0):
         "`exact`: bin every value into the histogram; `zeros`, `ranges` (the dead and overflow counts), `minmax`: what the pass counts besides the moments (see `batch_moments`)."
         self.bins, self.hi, self.sample, self.exact, self.fold = bins, hi, sample, exact, fold
@@ -712,65 +131,49 @@ class Recorder:
     def reset(self):
         "Forget everything recorded."
         self._rows, self._raw, self._folded, self._cache = [], [], None, None
-        self._kept, self._kept_bytes, self._replay = [], 0, None
         self.n_batches, self._rng, self._tables, self._device, self._consts = 0, random.Random(self.seed), {}, None, {}
 
     def record(self, x):
         "Add the statistics of tensor `x` (any shape): no host sync."
-        f = flat_float(x)
+        tk = triton_for(x) if isinstance(x, torch.Tensor) and not x.is_cpu and x.numel() else None   # Triton reads it in place
+        f = flat_float(x) if tk is None else x.detach()
         if f is None: raise TypeError(f"Recorder.record needs a non-empty floating point tensor, got {getattr(x, 'dtype', type(x).__name__)}")
         n, self._device = f.numel(), f.device
-        replay, self._replay = self._replay, None      # a kept tensor's (row, hi, slot), passed now (see `flush`)
-        if replay is None: row, hi = (self._rng.randrange(_TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None), self.hi
-        else: row, hi, slot = replay
-        keeps = replay is None and self.keep_ok and type(self).__dict__.get('replays', False)
-        lo, loops = hi / self.bins, loops_for(f, wait=not keeps)   # a recorder that may keep the tensor does not wait for the loops
-        if loops is None and keeps and _keeps(self, f):
-            # a cold start: the loops compile (seconds) and the torch ops cost several passes; keep a copy, passed in order once they are ready
-            # in its batch's slot (None until passed), so that a later batch recorded by the torch ops (over the cap) need not wait for them
-            k = f.detach().clone()
-            self._kept.append((k, row, hi, len(self._rows))); self._kept_bytes += k.numel() * k.element_size(); _KEEPING.add(self)
-            self._rows.append(None)
-            if not self.fold: self._raw.append(None)
-            self.n_batches += 1; self._cache = None
-            return
-        if loops is None and _FALLBACK['seconds'] >= _PAUSE_AFTER and _stand_in(f): loops = _pause_for_loops()
-        if self._kept and replay is None and loops is not None: self.flush()   # the loops ready: pass what was kept (cheap); else it waits
-        if loops is not None:
-            idx = None if row is None or self.fold else self.sample_index(n, row, _RUN)
-            m, raw = _cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, _RUN,
-                               float(self.bins / hi), None if self.fold else self.bins,
-                               None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
-        else:
-            t0 = time.perf_counter()
-            m = _moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
-            raw = None if self.fold else _sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
-            if _stand_in(f): _FALLBACK['seconds'] += time.perf_counter() - t0     # in place of the loops, still compiling (CPU ops have finished here)
-        if replay is None:
-            self._rows.append(m)
-            if raw is not None: self._raw.append(raw)
-        else:
-            self._rows[slot] = m
-            if raw is not None: self._raw[slot] = raw
-        if type(self).after_record is not Recorder.after_record: self.after_record(f, row, m)   # a subclass's: no call otherwise
-        if replay is None: self.n_batches += 1
+        row = self._rng.randrange(TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
+        hi = self.hi
+        lo, loops = hi / self.bins, None if tk is not None else loops_for(f)
+        if tk is None and loops is None and f.is_cpu: tk = triton_for(f)        # CPU tensors under use_kernel('triton') and Triton's interpreter
+        if tk is not None:          # one read: the moments and every value binned
+            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins)
+        elif loops is not None:
+            idx = None if row is None or self.fold else self.sample_index(n, row, SAMPLE_RUN)
+            m, raw = cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, SAMPLE_RUN,
+                              float(self.bins / hi), None if self.fold else self.bins,
+                              None if type(self)._fused_sample is Recorder._fused_sample else self._fused_sample(f, row))
+        else:       # the torch ops, on the tensor's device
+            m = moments_torch(f, lo, hi, self.zeros, self.ranges, self.minmax, self._consts)
+            raw = None if self.fold else sample_bins_torch(f, self.bins, hi, None if row is None else self._run_index(n, row), self._consts)
+        self._rows.append(m)
+        if raw is not None: self._raw.append(raw)
+        if type(self).after_record is not Recorder.after_record:      # a subclass's: no call otherwise
+            self.after_record(f if f.dim() == 1 else flat_float(f), row, m)
+        self.n_batches += 1
         self._cache = None
-        if self.fold and replay is None and len(self._rows) >= self.fold_every and not (self._kept and loops is None):
-            self._fold()     # not mid-`flush` (other slots may be empty), nor while copies wait for the loops (folding would pass them now)
+        if self.fold and len(self._rows) >= self.fold_every: self._fold()
 
     def _run_index(self, n, row):
-        "Every position of the sample's runs of `_RUN` values for table row `row` (what the torch ops gather), kept with the tables."
+        "Every position of the sample's runs of `SAMPLE_RUN` values for table row `row` (what the torch ops gather), kept with the tables."
         key = (n, 'runs', str(self._device))
         tab = self._tables.get(key)
         if tab is None:     # every row at the first call: the ops of a call stay the same all run long
-            t = _sample_table(n, self.sample, self._device, _RUN).stack()
-            with torch.inference_mode(False): tab = (t[:, :, None] + torch.arange(_RUN, device=t.device)).view(len(t), -1)
+            t = sample_table(n, self.sample, self._device, SAMPLE_RUN).stack()
+            with torch.inference_mode(False): tab = (t[:, :, None] + torch.arange(SAMPLE_RUN, device=t.device)).view(len(t), -1)
             if len(self._tables) >= 4: self._tables.clear()
             self._tables[key] = tab
         return tab[row]
 
     def _fused_sample(self, f, row):
-        "What a subclass adds to the compiled pass over CPU tensor `f` (see `_cpu_pass`'s `sketch`): None here."
+        "What a subclass adds to the compiled pass over CPU tensor `f` (see `cpu_pass`'s `sketch`): None here."
 
     def after_record(self, f, row, m):
         "Override to record more per batch: `f` the flat float tensor recorded, `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
@@ -782,17 +185,14 @@ class Recorder:
         tab = self._tables.get(key)
         if tab is None:
             if len(self._tables) >= 4: self._tables.clear()
-            tab = self._tables[key] = _sample_table(n, self.sample, dev, run)
+            tab = self._tables[key] = sample_table(n, self.sample, dev, run)
         return tab[row]
 
     def flush(self):
-        "Finish pending work: the passes of the tensors kept while the loops compiled, in the order recorded (with the loops when ready, else the torch ops); every read does it first. (`SketchRecorder` also adds its pending samples to its sketch.)"
-        kept, self._kept, self._kept_bytes = self._kept, [], 0
-        for k, row, hi, slot in kept: self._replay = (row, hi, slot); self.record(k)
+        "Finish pending work before a read: nothing here (`SketchRecorder` adds its pending samples to its sketch)."
     def __len__(self): return self.n_batches
 
     def _fold(self):
-        if self._kept: self.flush()
         rows = self._rows if self._folded is None else [self._folded] + self._rows
         self._folded, self._rows = Moments(torch.stack(rows)).fold().t, []
 
@@ -800,13 +200,12 @@ class Recorder:
 @patch
 def _host(self:Recorder):
     "The per-batch rows and histograms on the host, read once after each change: `(rows, hists)`."
-    if self._kept: self.flush()   # tensors kept while the loops compiled
     if self.fold: raise AttributeError("a folded Recorder keeps no rows per batch: read `total`")
     if self._cache is None:
         if not self._rows: self._cache = (Moments.empty(0).t, torch.zeros(0, self.bins + 1))
         else:
             t = torch.stack(self._rows).cpu()
-            self._cache = (t, _scale_hists(torch.stack(self._raw).cpu(), t))
+            self._cache = (t, scale_hists(torch.stack(self._raw).cpu(), t))
     return self._cache
 
 @patch(as_prop=True)
@@ -857,7 +256,6 @@ def stats(self:Recorder):
 @patch(as_prop=True)
 def total(self:Recorder):
     "The `Moments` of everything recorded, as one row on the recording device."
-    if self._kept: self.flush()   # tensors kept while the loops compiled
     rows = ([self._folded] if self._folded is not None else []) + self._rows
     return Moments(torch.stack(rows)).fold() if rows else Moments.empty()
 
@@ -875,7 +273,6 @@ def merge(self:Recorder, other):
 @patch
 def to(self:Recorder, device):
     "Move what the recorder holds (per-batch rows, raw sample bins, folded total) to `device`; returns the recorder."
-    if self._kept: self.flush()   # tensors kept while the loops compiled
     self._rows, self._raw = [r.to(device) for r in self._rows], [r.to(device) for r in self._raw]
     if self._folded is not None: self._folded = self._folded.to(device)
     return self
@@ -888,14 +285,12 @@ def load_total(self:Recorder, total, n_batches=None):
     if not isinstance(t, torch.Tensor) or t.shape != (len(FIELDS),) or t.dtype != torch.float64:
         raise ValueError(f"load_total: `total` must be one Moments row (float64, {len(FIELDS)} fields), got {getattr(t, 'shape', type(t).__name__)}")
     self._folded, self._rows, self._cache = t.clone(), [], None
-    self._kept, self._kept_bytes = [], 0           # replaced: what was kept while the loops compiled goes too
     if n_batches is not None: self.n_batches = n_batches
     return self
 
 @patch
 def state_dict(self:Recorder):
     "What the recorder holds, on its device (no host sync): `rows` (float64 `[k, len(FIELDS)]`: one `Moments` row per batch, or, folded, the rows not folded yet), `raw` (int64 `[k, bins+2]`: the raw sample bins per batch; 0 rows when folded), `folded` (the folded row, or None) and `n_batches`."
-    if self._kept: self.flush()   # tensors kept while the loops compiled
     dev = self._rows[0].device if self._rows else self._folded.device if self._folded is not None else 'cpu'
     rows = torch.stack(self._rows) if self._rows else torch.zeros(0, len(FIELDS), dtype=torch.float64, device=dev)
     raw = torch.stack(self._raw) if self._raw else torch.zeros(0, self.bins + 2, dtype=torch.int64, device=dev)
@@ -920,7 +315,6 @@ def load_state_dict(self:Recorder, sd):
     why = _check_state(self, sd)
     if why: raise ValueError(f"load_state_dict: {why}")
     self._rows, self._raw = list(sd['rows'].unbind(0)), list(sd['raw'].unbind(0))
-    self._kept, self._kept_bytes = [], 0           # replaced: what was kept while the loops compiled goes too
     self._folded, self.n_batches, self._cache = sd['folded'], sd['n_batches'], None
     return self
 

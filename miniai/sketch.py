@@ -6,10 +6,11 @@ Docs: https://miniai.github.io/miniai/sketch.html.md"""
 
 # %% ../nbs/09f_sketch.ipynb #0276f3a8
 from __future__ import annotations
-import math, functools, contextlib
+import math, random, functools, contextlib
 import numpy as np, torch
 from fastcore.basics import patch
 from .kernel import Recorder, Moments, loops_for
+from .passes import sample_table
 _np_view = torch.Tensor.numpy   # numpy's view of a CPU tensor, bound once as the kernel does: `count_syncs` counts calls of `Tensor.numpy` (a device read on a GPU)
 
 # %% auto #0
@@ -234,10 +235,11 @@ def _skp(level):
     "The compiled loops' parameters of a sketch at `level` (see the kernel's `_keys`); shared, never written (a read-only array would be another type to compile)."
     return np.array([1 / _LOG_GAMMA, _KEY0, 1 / 2**level, _buckets_per_sign(level)], dtype=np.float64)
 
+_SKETCH_ROWS, _SKETCH_MORE = 4, 4   # the sketch's sample: from the first 4 rows of the kernel's sample table, shifted in each batch; 4x larger from large tensors
+
 class SketchRecorder(Recorder):
-    "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch."
+    "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch (`sketch_size`)."
     sketch_every = 16
-    replays = True    # its sample of a tensor kept while the loops compile is taken when that tensor is passed, in order (see `Recorder.flush`)
     def __init__(self, level=0, sample=16384, exact=False, zeros=False, seed=0, **kwargs):
         self.level = level
         super().__init__(sample=sample, exact=exact, fold=True, zeros=zeros, seed=seed, **kwargs)
@@ -246,12 +248,30 @@ class SketchRecorder(Recorder):
     def reset(self):
         super().reset()
         self._pending, self._whole, self._n_whole, self.sampling, self._acc, self._fed = [], [], 0, None, None, False   # sampling: [K sampled finite values, their weight W, sum of weight^2]
+        self._shifts = random.Random(f'shifts {self.seed}')   # the sample's shift in each batch, apart from the rows' draws
+        self._sketch_tables = {}                              # (n, device) -> the kernel's sample table of `sketch_size(n)` positions
         self.sketch = None if self.level is None else QuantileSketch(level=self.level)
 
     @normal_tensors()
     def record(self, x):
         "`Recorder.record`, its state kept in normal tensors even when fed inside `torch.inference_mode()`."
         return super().record(x)
+
+    def sketch_size(self, n):
+        "How many values the sketch samples from a tensor of `n` values (more than `sample`): `4 * sample` from one of at least `16 * sample`, else `sample`."
+        return _SKETCH_MORE * self.sample if n >= 4 * _SKETCH_MORE * self.sample else self.sample
+
+    def sketch_positions(self, n, row, device='cpu'):
+        "The positions (int64, in order) of the sketch's sample of a tensor of `n` values on `device` for table row `row`: row `row % _SKETCH_ROWS` of the kernel's stratified table of `sketch_size(n)` positions, every position moved by one random shift below a slice's width (the last kept inside the tensor). A tensor recorded again is so sampled at new positions, as the rank bound's independent draws need, from a table of a few rows."
+        dev = str(device)
+        tab = self._sketch_tables.get((n, dev))
+        if tab is None:
+            if len(self._sketch_tables) >= 4: self._sketch_tables.clear()
+            tab = self._sketch_tables[(n, dev)] = sample_table(n, self.sketch_size(n), device)
+        starts = tab[row % _SKETCH_ROWS]
+        shift = self._shifts.randrange(max(1, n // len(starts)))
+        if starts.is_cpu: return torch.from_numpy(np.minimum(_np_view(starts) + shift, n - 1))
+        return (starts + shift).clamp_(max=n - 1)
 
     def _fused_sample(self, f, row):
         "The sketch's sample of CPU tensor `f` (table row `row`), bucketed and weighted in the compiled pass itself: each value read while its block is in the cache."
@@ -261,7 +281,7 @@ class SketchRecorder(Recorder):
             self._acc = torch.zeros(3, dtype=torch.float64) if self.sampling is None else self.sampling.to('cpu', torch.float64, copy=True)
             self.sampling = self._acc
         self._fed = True
-        return (_np_view(self.sample_index(f.numel(), row, device=f.device)), _skp(sk.level), _np_view(sk.counts), _np_view(self._acc))
+        return (_np_view(self.sketch_positions(f.numel(), row, f.device)), _skp(sk.level), _np_view(sk.counts), _np_view(self._acc))
 
     def after_record(self, f, row, m):
         "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`: on the CPU in the compiled pass (see `_fused_sample`) or loop, elsewhere pending until `flush`."
@@ -269,7 +289,7 @@ class SketchRecorder(Recorder):
         if self._fed: self._fed = False; return
         if self.sketch.counts.is_cpu and row is None and loops_for(f) is not None:    # taken whole: every value, weight 1
             return loops_for(f)['sketch'](_np_view(f), _skp(self.sketch.level), _np_view(self.sketch.counts))
-        if row is not None: self._pending.append((f.index_select(0, self.sample_index(f.numel(), row, device=f.device)), Moments(m).count))
+        if row is not None: self._pending.append((f.index_select(0, self.sketch_positions(f.numel(), row, f.device)), Moments(m).count))
         elif f.numel() <= self.sample:                                 # a small tensor, whole: a copy (`f` may be the user's tensor),
             self._whole.append(f.clone())                              # until they hold as many values as the pending samples may
             self._n_whole += f.numel()
@@ -278,8 +298,7 @@ class SketchRecorder(Recorder):
 
     @normal_tensors()
     def flush(self):
-        "Pass the tensors kept while the loops compiled (`Recorder.flush`), then add the pending values to the sketch: the small tensors taken whole (weight 1), and the samples, each sampled finite value weighted by its batch's finite count over the sample's."
-        if self._kept: super().flush()
+        "Add the pending values to the sketch: the small tensors taken whole (weight 1), and the samples, each sampled finite value weighted by its batch's finite count over the sample's."
         if self.sketch is None: return
         if self._whole: self.sketch.add(torch.cat(self._whole)); self._whole, self._n_whole = [], 0
         if not self._pending: return

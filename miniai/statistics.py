@@ -183,7 +183,6 @@ def _stream(self:StatisticsCollector, key, device, sname, channels=None):
         s = Stream(device, self._level if self._use_sketch else None, self.config.max_samples if self._use_buffer else None,
                     exact=self.config.exact, zeros=self.config.collect_sparsity)
         if channels is not None: s.channels = ChannelStats(*channels, device)
-        if self.config.max_memory_mb is not None: s.keep_ok = False   # copies kept while the loops compile would not count in the budget
         self._streams[key] = s
     return self._streams.get(key)
 

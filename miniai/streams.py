@@ -116,7 +116,6 @@ def channel_dim(t, d):
 
 class Stream(SketchRecorder):
     "One statistic of a collector: a run-wide `Recorder` (exact moments, a sketch of sampled values), plus a buffer of the first `max_samples` values for exact percentiles."
-    replays = True    # the buffer and channels take each tensor in `update`; what `record` keeps while the loops compile passes later, in order
     @normal_tensors()
     def __init__(self, device, level=None, max_samples=None, exact=False, zeros=False, seed=0):
         super().__init__(level, zeros=zeros, exact=exact, seed=seed, ranges=False)   # no dead/overflow counts run-wide

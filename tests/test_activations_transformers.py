@@ -1,7 +1,8 @@
-"""Transformer-aware diagnosis: `ActivationStats(hi='auto')` picks each series' histogram range from its first batch and
-`diagnose` then judges each std against the layer's own scale, so that a small GPT-2 and a small BERT (built from configs,
-random init, random token ids) are not flagged and their `color_dim` images have structure; the fixed course range
-(`hi=10`, the default) still flags them, as it flags the lesson-10 baseline. A real collapse is still flagged."""
+"""Transformer-aware diagnosis: `ActivationStats(hi='auto')` picks each series' histogram range from its first batch, so
+that the `color_dim` images of a small GPT-2 and a small BERT (built from configs, random init, random token ids) have
+structure, and `diagnose`'s verdict flags none of their layers, at either range. Lesson 10's absolute limits
+(`relative=False`) still flag them at the fixed course range (`hi=10`, the default), as they flag the lesson-10 baseline;
+`relative=True` judges each std against the layer's own scale. A real collapse is flagged by the verdict and by both."""
 import math, warnings
 import pytest, torch
 from torch import nn
@@ -74,8 +75,11 @@ def test_gpt2_at_init_not_flagged_with_auto_range(gpt2):
             assert nonempty_bins(rec) >= 15, (name, rec.hi, rec.hists[0])
             assert rec.saturated[0] <= 0.001 and rec.hi in {m * 10.**e for m in (1, 2, 5) for e in range(-4, 3)} or \
                    f'{rec.hi:g}'[0] in '125', (name, rec.hi)
-    # the course's fixed range [0, 10): the residual stream (std about 0.03) fills one or two bins and is called vanishing and dead
-    fixed = {r['layer']: r['flags'] for r in fixed_blocks.diagnose()}
+    # the course's fixed range [0, 10): the residual stream (std about 0.03) fills one or two bins; the verdict does not read
+    # the picture's bins and flags nothing, lesson 10's absolute limits call it vanishing and dead
+    rows = fixed_blocks.diagnose()
+    assert all(not PROBLEMS & set(r['flags']) for r in rows), format_diagnosis(rows)
+    fixed = {r['layer']: r['flags'] for r in fixed_blocks.diagnose(relative=False)}
     assert all({'vanishing', 'dead'} <= set(f) for f in fixed.values()), fixed
     assert all(nonempty_bins(rec) <= 2 for rec in fixed_blocks.series().values())
     auto_blocks.color_dim()                   # each panel says its range
@@ -92,7 +96,9 @@ def test_bert_intermediate_not_flagged_with_auto_range(bert):
     assert 'encoder.layer.0.intermediate' in auto.names
     rows = auto.diagnose()
     assert all(not PROBLEMS & set(r['flags']) for r in rows), format_diagnosis(rows)
-    assert 'vanishing' in {r['layer']: r for r in fixed.diagnose()}['encoder.layer.0.intermediate']['flags']
+    rows = fixed.diagnose()                     # the verdict is the same at the course's fixed range
+    assert all(not PROBLEMS & set(r['flags']) for r in rows), format_diagnosis(rows)
+    assert 'vanishing' in {r['layer']: r for r in fixed.diagnose(relative=False)}['encoder.layer.0.intermediate']['flags']
     assert all(nonempty_bins(rec) >= 15 for rec in auto.series().values())
 
 
@@ -123,18 +129,31 @@ def collapse_run(collapse_at=6, n=10, hi='auto'):
 
 def test_a_collapse_is_still_flagged_relative_to_the_layer():
     a = collapse_run()
+    # the verdict: the middle layer vanished against its own history (its peak std before the last batches); the others are ok
     rows = {r['layer']: r for r in a.diagnose()}
-    assert rows['0']['flags'] == [] and 'vanishing' in rows['2']['flags']
+    assert rows['0']['flags'] == rows['4']['flags'] == [] and rows['2']['flags'] == ['vanishing'], format_diagnosis(list(rows.values()))
     f = next(f for f in rows['2']['findings'] if f['issue'] == 'vanishing')
-    assert f['reference'] == max(a.series()['2'].stds[:-1]).item() and f['ratio'] == 0.1 and f['threshold'] == 0.1 * f['reference']
+    stds = a.series()['2'].stds
+    assert f['evidence'] == 'history' and f['reference'] == max(stds[:-1]).item() and f['value'] == rows['2']['std']
+    assert f['ratio'] == pytest.approx(f['reference'] / f['value']) and f['ratio'] > 1000 and f['value'] < f['threshold'] < f['reference']
+    # no value of the collapsed layer is exactly zero: the verdict does not call it dead (the picture's lowest bin is not evidence)
+    assert rows['2']['zeros'] == 0 and rows['2']['dead'] == 1.0 and 'dead' not in rows['2']['flags']
+    # relative=True: the std against 0.1 x the layer's own peak, and "dead" by the first bin, as before the verdict
+    rel = {r['layer']: r for r in a.diagnose(relative=True)}
+    assert rel['0']['flags'] == [] and {'vanishing', 'dead'} <= set(rel['2']['flags'])
+    f = next(f for f in rel['2']['findings'] if f['issue'] == 'vanishing')
+    assert f['reference'] == max(stds[:-1]).item() and f['ratio'] == 0.1 and f['threshold'] == 0.1 * f['reference']
     assert 'below 0.1 x its peak std' in format_finding(f)
     # the range stays the one chosen at the first batch: the collapsed layer's values all fall in the first bin
     rec = a.series()['2']
     assert rec.hi == _auto_hi(torch.zeros(1)) or rec.hi > 0.1
-    assert rec.dead[-1] == 1.0 and 'dead' in rows['2']['flags']
-    # relative=False judges the same run against the absolute limits; relative=True is the default only with hi='auto'
-    assert [r['flags'] for r in a.diagnose(relative=False)] != [r['flags'] for r in a.diagnose()]
-    assert all('reference' not in f for r in collapse_run(hi=10.).diagnose() for f in r['findings'])
+    assert rec.dead[-1] == 1.0
+    # relative=False judges the same run against the absolute limits: no reference scale
+    assert [r['flags'] for r in a.diagnose(relative=False)] != [r['flags'] for r in a.diagnose(relative=True)]
+    assert all('reference' not in f for r in a.diagnose(relative=False) for f in r['findings'])
+    assert all('reference' not in f for r in collapse_run(hi=10.).diagnose(relative=False) for f in r['findings'])
+    # the verdict does not depend on the picture's range: the fixed course range reads the same collapse
+    assert {r['layer']: r['flags'] for r in collapse_run(hi=10.).diagnose()} == {n: r['flags'] for n, r in rows.items()}
 
 
 def test_exploding_relative_to_the_first_batch():
@@ -146,8 +165,14 @@ def test_exploding_relative_to_the_first_batch():
             if i == 3:
                 with torch.no_grad(): m[0].weight.mul_(1e3)
             m(torch.randn(16, 8))
-    rows = {r['layer']: r['flags'] for r in a.diagnose()}
-    assert 'exploding' in rows['0'] and 'saturated' in rows['0'], rows       # its values now far beyond the range chosen at batch 0
+    rows = {r['layer']: r for r in a.diagnose()}
+    assert rows['0']['flags'] == ['exploding'] and rows['0']['findings'][0]['evidence'] == 'history', rows['0']
+    assert rows['1']['flags'] == [] and rows['1']['downstream'] == '0'        # what follows it is reported as its consequence
+    # its values now far beyond the range chosen at batch 0: a note about the picture, not a fault
+    assert [(f['issue'], f['value']) for f in rows['0']['notes']] == [('overflow', 1.0)]
+    assert "values beyond the histogram's range" in format_diagnosis(list(rows.values()))
+    rel = {r['layer']: r['flags'] for r in a.diagnose(relative=True)}        # against the first batch, the overflow called saturated
+    assert 'exploding' in rel['0'] and 'saturated' in rel['0'], rel
 
 
 def test_default_stays_the_course_range():

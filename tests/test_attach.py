@@ -184,11 +184,9 @@ def test_paused_batches_of_a_fit_are_not_counted():
 # the user's tensors stay bit-identical
 
 @pytest.fixture(params=[True, False], ids=['fused', 'torch-ops'])
-def kernel_path(request):
-    old = miniai.kernel._FUSED[0]
-    miniai.kernel._FUSED[0] = request.param and miniai.kernel._HAVE_NUMBA
+def kernel_path(request, monkeypatch):
+    monkeypatch.setenv('MINIAI_KERNEL', 'loops' if request.param else 'torch')    # every thread, the backward's too
     yield request.param
-    miniai.kernel._FUSED[0] = old
 
 @pytest.mark.parametrize('grads', [False, True])
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])

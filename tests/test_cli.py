@@ -63,7 +63,11 @@ def test_diverging_run_writes_strict_json(tmp_path, capsys):
     for (layer, k), why in nulls.items():
         row = next(r for r in summary['layers'] if r['layer'] == layer)
         assert row[k] is None and why in ('nan', 'inf', '-inf', 'not recorded'), (layer, k, why)
-    assert all({'nonfinite values', 'no finite values'} & set(r['flags']) for r in summary['layers'])
+    # every layer saw NaN/Inf; the first to see it is flagged, the ones after it are marked downstream of it
+    layers = [r for r in summary['layers'] if r['layer'] != '']      # '': the model as a whole, when the verdict says it diverged
+    assert len(layers) == 5 and all({'nonfinite values', 'no finite values'} & {f['issue'] for f in r['findings']} for r in layers)
+    assert all(r['flags'] or r['downstream'] in {l['layer'] for l in layers} for r in layers)
+    assert {'nonfinite values', 'no finite values'} & set(layers[0]['flags'])
     assert '±nan' not in res.stdout and '~nan' not in res.stdout   # a layer with no finite values has no estimate to bound
 
 BAD = [

@@ -370,13 +370,19 @@ def test_activation_stats_layers_aliases_every_and_findings(fit):
         fit(nn.Sequential(*cnn_layers()), xtra_cbs=[astats])
         picked.append([h.name for h in astats])
         assert [len(h.stats[0]) for h in astats] == [2] * len(astats)          # batches 0 and 2 of the three
-        rows = astats.diagnose(thresholds=THRESHOLDS.but(dead=0.), relative=False)   # the course's absolute limits: every layer is "dead" at this one
+        # lesson 10's absolute limits (`relative=False`): every layer is "dead" (its lowest |x| bin) at this threshold
+        rows = astats.diagnose(thresholds=THRESHOLDS.but(dead=0.), relative=False)
         for r in rows:
             assert {'layer', 'mean', 'std', 'dead', 'saturated', 'nonfinite', 'flags', 'findings'} <= set(r)
             dead = [f for f in r['findings'] if f['issue'] == 'dead']
             assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=0., measure='dead')]
             assert r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings']))
         assert all('dead' in line for line in format_diagnosis(rows).split('\n')[1:len(rows)+1])   # the table shows the rows' flags
+        # the verdict counts exact zeros for "dead": no conv output here is exactly 0, so the same threshold flags none
+        verdict = astats.diagnose(thresholds=THRESHOLDS.but(dead=0.))
+        assert [r['layer'] for r in verdict] == [r['layer'] for r in rows] and all(r['zeros'] == 0 for r in verdict)
+        assert not any(f['issue'] == 'dead' for r in verdict for f in r['findings']), format_diagnosis(verdict)
+        assert all(r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings'] if f.get('downstream') is None)) for r in verdict)
     assert picked[0] == picked[1] == picked[2] == ['0.0', '1.0', '2.0', '3.0', '4'] and picked[3] == ['0.0', '4']
     with pytest.raises(KeyError, match=r"layers: '0.O' is neither a layer name nor a class name in the model; closest layer names: .*'0.0'"):
         fit(nn.Sequential(*cnn_layers()), xtra_cbs=[ActivationStats(layers='0.O')])

@@ -1,5 +1,6 @@
 """Debuggers at the edges: their own passes are not training batches, hooked models copy and save, bad numbers fail clearly, and the user's tensors stay bit-identical."""
-import copy, io, math
+import copy, io, math, os
+from unittest import mock
 import pytest, torch, torch.nn.functional as F
 from torch import nn
 import miniai.kernel as kernel
@@ -157,10 +158,8 @@ def test_user_tensors_bit_identical(dtype, fused, tmp_path):
     x[0, 0, 0, :2] = torch.tensor([math.nan, math.inf])   # non-finite values too: a debugger's statistics must not clean them in place
     want = step(copy.deepcopy(model), x, y)
     config = [{'name': name, 'debugger_config': {'class': cls, 'args': args}} for name, (cls, args) in DEBUGGERS.items()]
-    old = kernel._FUSED[0]
-    kernel._FUSED[0] = fused
-    try: got = step(model, x, y, SequentialDebugger(100, config, path=tmp_path))
-    finally: kernel._FUSED[0] = old
+    with mock.patch.dict(os.environ, MINIAI_KERNEL='loops' if fused else 'torch'):
+        got = step(model, x, y, SequentialDebugger(100, config, path=tmp_path))
     assert list(got) == list(want)
     for k in want: assert torch.equal(got[k], want[k]), f'{k} changed'
     assert sorted(load_pages(tmp_path)[0]['results']) == sorted(DEBUGGERS)   # every debugger ran

@@ -2,6 +2,7 @@
 `remove`), `paused_recording()` saves nothing, `if_exists='new_run'` gives every run its own folder even when several
 start at once, bad limits are refused at construction, and the user's tensors stay bit-identical on both kernel paths."""
 import copy, gc, io, json, math, os, subprocess, sys, textwrap, threading, time, weakref
+from unittest import mock
 from pathlib import Path
 import numpy as np, pytest, torch
 from torch import nn
@@ -165,13 +166,10 @@ def _run(dtype, hook_path=None, background=False):
 @pytest.mark.parametrize('fused', [True, False])
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_user_tensors_stay_bit_identical(tmp_path, dtype, fused):
-    old = kernel._FUSED[0]
-    kernel._FUSED[0] = fused
-    try:
+    with mock.patch.dict(os.environ, MINIAI_KERNEL='loops' if fused else 'torch'):
         _, ref = _run(dtype)
         for background in (False, True):
             h, got = _run(dtype, tmp_path/f'bg{background}', background)
             assert len(got) == len(ref) and all(torch.equal(a, b) for a, b in zip(ref, got))
             out0 = np.load(h.tensor_dir/next(n for n in os.listdir(h.tensor_dir) if n.startswith('tensor_idx_0_')), allow_pickle=False)
             assert torch.equal(_bits(torch.from_numpy(out0).to(dtype)), ref[3])   # the file holds the output, bit for bit
-    finally: kernel._FUSED[0] = old

@@ -2,8 +2,8 @@
 
 Counted with `sys.setprofile`: every 'call' event whose code lives under `miniai/` (comprehensions and generator expressions
 count as calls too). One linear layer, hooked by `ActivationStats`, one training forward driven the Learner's way
-(`before_batch`, the forward, `after_batch`), then `color_dim()`. The budget covers all of miniai, `miniai/kernel.py`'s
-`Recorder` included; `attach` adds the pre- and post-hook it puts on the model (counted apart below).
+(`before_batch`, the forward, `after_batch`), then `color_dim()`. The budget covers all of miniai, the kernel's modules'
+(`kernel.py`, `passes.py`, `loops.py`) `Recorder` and pass included; `attach` adds the pre- and post-hook it puts on the model (counted apart below).
 """
 import os, sys, gc, collections
 import matplotlib
@@ -14,10 +14,11 @@ from torch import nn
 
 import miniai
 from miniai.activations import ActivationStats
-from miniai.kernel import Recorder, fused_kernel
+from miniai.kernel import Recorder, use_kernel
 
 ROOT = os.path.dirname(miniai.__file__) + os.sep
 BUDGET = 20          # the whole path: hooks, activations, datasets' plotting helpers, the kernel's Recorder
+KERNEL = ('kernel.py', 'passes.py', 'loops.py')   # the statistics kernel's modules
 
 
 class CallCounter:
@@ -32,7 +33,7 @@ class CallCounter:
         return self
     def __exit__(self, *args): sys.setprofile(None); gc.enable()
     def __len__(self): return len(self.calls)
-    def in_file(self, name): return sum(f == name for f, _ in self.calls)
+    def in_file(self, *names): return sum(f in names for f, _ in self.calls)
     def __str__(self): return ' '.join(f'{f[:-3]}.{n}' for f, n in self.calls)
 
 
@@ -51,7 +52,7 @@ def one_forward_and_image(model, x):
 @pytest.fixture(scope='module')
 def warm():
     "A first run compiles the kernel's loops and imports matplotlib's backends: not part of the path."
-    with fused_kernel(True): Recorder().record(torch.ones(10))   # waits for the compiled loops: the CPU's default path from then on
+    with use_kernel('loops'): Recorder().record(torch.ones(10))   # waits for the compiled loops: the CPU's default path from then on
     model, x = nn.Sequential(nn.Linear(8, 8)), torch.randn(16, 8)
     one_forward_and_image(model, x)
     return model, x
@@ -61,13 +62,13 @@ def test_one_forward_and_its_image_within_budget(warm):
     a, fwd, img = one_forward_and_image(*warm)
     assert len(a.series()['0']) == 1 and a.fig is not None
     total = len(fwd) + len(img)
-    kernel = fwd.in_file('kernel.py') + img.in_file('kernel.py')
-    print(f'forward {len(fwd)} ({fwd.in_file("kernel.py")} in kernel.py): {fwd}\ncolor_dim {len(img)} ({img.in_file("kernel.py")} in kernel.py): {img}')
+    kernel = fwd.in_file(*KERNEL) + img.in_file(*KERNEL)
+    print(f'forward {len(fwd)} ({fwd.in_file(*KERNEL)} in the kernel): {fwd}\ncolor_dim {len(img)} ({img.in_file(*KERNEL)} in the kernel): {img}')
     # what hooks.py and activations.py add: the layer's hook (its HookFn with the pause check and the recompute dispatch, the callback's
     # gate, ActivationStats.hook) and the image (color_dim, the series, the grid, the picture, the titles)
-    assert len(fwd) - fwd.in_file('kernel.py') <= 4, str(fwd)
-    assert len(img) - img.in_file('kernel.py') <= 8, str(img)
-    assert total <= BUDGET, f'{total} calls ({kernel} in kernel.py); forward: {fwd}; color_dim: {img}'
+    assert len(fwd) - fwd.in_file(*KERNEL) <= 4, str(fwd)
+    assert len(img) - img.in_file(*KERNEL) <= 8, str(img)
+    assert total <= BUDGET, f'{total} calls ({kernel} in the kernel); forward: {fwd}; color_dim: {img}'
 
 
 def test_attach_adds_two_model_hooks_only(warm):
@@ -77,7 +78,7 @@ def test_attach_adds_two_model_hooks_only(warm):
     with a.attach(model):
         with CallCounter() as fwd: model(x)
     _, plain, _ = one_forward_and_image(model, x)
-    def own(c): return len(c) - c.in_file('kernel.py')
+    def own(c): return len(c) - c.in_file(*KERNEL)
     assert own(fwd) - own(plain) <= 7, f'{fwd}\n{plain}'
     assert collections.Counter(n for _, n in fwd.calls)['hook'] == 1
 

@@ -6,10 +6,9 @@ import math
 from fractions import Fraction
 import numpy as np, torch, pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from miniai.kernel import batch_moments, row_moments, Moments, FIELDS, Recorder, fused_kernel
+from miniai.kernel import batch_moments, row_moments, Moments, FIELDS, Recorder, use_kernel, sample_table, sample_bins, TABLE_ROWS, SAMPLE_RUN
 from miniai.testing import count_syncs
 from miniai.sketch import SketchRecorder
-import miniai.kernel as K
 
 settings.register_profile('kernel', max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('kernel')
@@ -19,7 +18,7 @@ SPECIAL = {torch.float32: [3.4e38, -3.4e38, 1e38, 1e-45, -1e-45, 1e-38, 1e20, 1e
            torch.float16: [65504., -65504., 6e-8, 1e-4, 0.],
            torch.bfloat16: [3.38e38, -3.38e38, 1e-40, 1e20, 0.]}
 BAD = [math.nan, math.inf, -math.inf]
-PATHS = pytest.mark.parametrize('fused', [True, False], ids=['loops', 'torch'])
+PATHS = pytest.mark.parametrize('kernel', ['loops', 'torch'])
 
 def values(dtype, min_size=1, max_size=200):
     width = {torch.float64: 64, torch.float32: 32}.get(dtype, 32)
@@ -56,26 +55,26 @@ def check(m, r):
     if r['m2'] > Fraction(2**1023): assert d['m2'] >= 2.**1020; return                          # beyond float64
     assert abs(Fraction(d['m2']) - r['m2']) <= Fraction(1, 10**9) * r['m2'] + 4 * tiny * n, (d['m2'], float(r['m2']))
 
-@given(DTYPES.flatmap(values), st.booleans())
-def test_batch_moments_exact_against_rationals(x, fused):
-    with fused_kernel(fused): m = batch_moments(x)
+@given(DTYPES.flatmap(values), st.sampled_from(['loops', 'torch']))
+def test_batch_moments_exact_against_rationals(x, kernel):
+    with use_kernel(kernel): m = batch_moments(x)
     check(m, ref(x))
     d = m.to_dict()                                   # reading never raises, whatever the values
     assert d['nonfinite'] == d['nan'] + d['posinf'] + d['neginf']
 
-@given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: st.tuples(values(d, 2), st.data())), st.booleans())
-def test_fold_of_random_splits_is_one_batch(args, fused):
+@given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: st.tuples(values(d, 2), st.data())), st.sampled_from(['loops', 'torch']))
+def test_fold_of_random_splits_is_one_batch(args, kernel):
     x, data = args
     cuts = sorted(data.draw(st.lists(st.integers(1, len(x) - 1), max_size=4, unique=True)))
     parts = [p for p in torch.tensor_split(x, cuts) if p.numel()]
-    with fused_kernel(fused): m = Moments.stack([batch_moments(p) for p in parts]).fold()
+    with use_kernel(kernel): m = Moments.stack([batch_moments(p) for p in parts]).fold()
     check(m, ref(x))
 
 @given(st.sampled_from([torch.float32, torch.float64]).flatmap(lambda d: values(d, max_size=300)))
 def test_loops_and_torch_ops_agree(x):
     "Counts, min and max identical on both paths; mean and m2 to rounding."
-    with fused_kernel(True): a = batch_moments(x).t
-    with fused_kernel(False): b = batch_moments(x).t
+    with use_kernel('loops'): a = batch_moments(x).t
+    with use_kernel('torch'): b = batch_moments(x).t
     exact = [FIELDS.index(k) for k in FIELDS if k not in ('mean', 'm2')]
     assert a[exact].tolist() == b[exact].tolist()
     for i in (FIELDS.index('mean'), FIELDS.index('m2')):
@@ -104,9 +103,9 @@ CASES = list(structured())
 
 @PATHS
 @pytest.mark.parametrize('case', range(len(CASES)), ids=[c[0] for c in CASES])
-def test_structured_against_numpy(case, fused):
+def test_structured_against_numpy(case, kernel):
     name, x = CASES[case]
-    with fused_kernel(fused): d = batch_moments(x).to_dict()
+    with use_kernel(kernel): d = batch_moments(x).to_dict()
     a = x.double().numpy().ravel()
     fin = a[np.isfinite(a)]
     assert (d['count'], d['nan'], d['posinf'], d['neginf']) == (fin.size, np.isnan(a).sum(), (a == np.inf).sum(), (a == -np.inf).sum())
@@ -119,17 +118,17 @@ def test_structured_against_numpy(case, fused):
 
 @PATHS
 @pytest.mark.parametrize('v', [0., 1., -1., 12345.678, -3e38, 3e38, 1e-45, 1e-40], ids=str)
-def test_constants_have_std_exactly_zero(v, fused):
+def test_constants_have_std_exactly_zero(v, kernel):
     for n in (1, 2, 4095, 4097, 100_000):
-        with fused_kernel(fused): d = batch_moments(torch.full((n,), v)).to_dict()
+        with use_kernel(kernel): d = batch_moments(torch.full((n,), v)).to_dict()
         assert d['mean'] == torch.tensor(v).item() and d['m2'] == 0 and (n == 1 or d['std'] == 0), (v, n, d)
         fold = Moments.stack([batch_moments(torch.full((n,), v))] * 3).fold().to_dict()
         assert fold['m2'] == 0 and fold['mean'] == torch.tensor(v).item()
 
 def test_row_moments_rows_are_batch_moments():
     a = torch.randn(7, 3000) * torch.arange(1., 8.)[:, None] + 100; a[3, ::5] = math.nan
-    for fused in (True, False):
-        with fused_kernel(fused):
+    for kernel in ('loops', 'torch'):
+        with use_kernel(kernel):
             rows, each = row_moments(a), torch.stack([batch_moments(r).t for r in a])
         torch.testing.assert_close(rows.t, each, rtol=1e-12, atol=0)
 
@@ -137,13 +136,13 @@ def test_row_moments_rows_are_batch_moments():
 # ----- the recorder
 
 @given(st.lists(st.tuples(st.integers(1, 40_000), st.sampled_from(['normal', 'nan', 'inf', 'huge', 'tiny', 'allnan', 'zeros', 'headtail'])),
-                min_size=1, max_size=6), st.integers(0, 2**31), st.booleans())
+                min_size=1, max_size=6), st.integers(0, 2**31), st.sampled_from(['loops', 'torch']))
 @settings(max_examples=40)
-def test_recorder_numbers_are_exact(batches, seed, fused):
+def test_recorder_numbers_are_exact(batches, seed, kernel):
     "Per batch, with a small sample so most batches are sampled: NaN/Inf counts, means, stds and the dead and overflow fractions of every value; the histogram's first and last bins are the exact counts and it sums to the finite count; no host sync."
     g = torch.Generator().manual_seed(seed)
     rec, xs = Recorder(sample=256), []
-    with count_syncs() as cs, fused_kernel(fused):
+    with count_syncs() as cs, use_kernel(kernel):
         for n, kind in batches:
             x = torch.randn(n, generator=g) * 3 + 1
             if kind == 'nan': x[::5] = math.nan
@@ -170,10 +169,10 @@ def test_recorder_numbers_are_exact(batches, seed, fused):
 def test_histogram_sample_spans_the_whole_tensor():
     "A tensor whose head is 0 and whose tail is 5 +- 1: the middle bins come from the tail, in every one of the sample tables."
     x = torch.zeros(16384 * 3 - 5); x[30_000:] = torch.randn(x.numel() - 30_000) * 0.5 + 5
-    for row in range(K._TABLE_ROWS):
-        idx = K._sample_table(x.numel(), 16384, x.device, K._RUN)[row]
-        assert idx.max() + K._RUN >= x.numel() - 2 * x.numel() / (16384 // K._RUN)
-        raw = K._sample_bins(x, idx=idx, run=K._RUN)
+    for row in range(TABLE_ROWS):
+        idx = sample_table(x.numel(), 16384, x.device, SAMPLE_RUN)[row]
+        assert idx.max() + SAMPLE_RUN >= x.numel() - 2 * x.numel() / (16384 // SAMPLE_RUN)
+        raw = sample_bins(x, idx=idx, run=SAMPLE_RUN)
         assert raw[1:-2].sum() > 0.3 * 16384   # about 37% of the values are in the tail
 
 def test_exact_recorder_bins_every_value():
@@ -182,12 +181,12 @@ def test_exact_recorder_bins_every_value():
     ref = np.bincount(np.minimum(np.floor(np.abs(x.double().numpy()) * 4), 40).astype(int), minlength=41)
     assert rec.hists[0].tolist() == ref.tolist()
 
-@pytest.mark.parametrize('fused', [True, False])
-def test_run_wide_fold_equals_one_batch(fused):
+@PATHS
+def test_run_wide_fold_equals_one_batch(kernel):
     g = torch.Generator().manual_seed(1)
     xs = [torch.randn(int(n), generator=g) * (1 + i) + 1000 for i, n in enumerate(torch.randint(1, 50_000, (150,), generator=g))]
     xs[10][::3] = math.nan
-    with fused_kernel(fused):
+    with use_kernel(kernel):
         run = Recorder(fold=True, zeros=True)
         run.fold_every = 7
         for x in xs: run.record(x)
@@ -215,7 +214,7 @@ def test_sketch_weights_sum_to_the_exact_count():
 
 
 def test_hooks_on_the_device_path_never_sync():
-    "With the torch ops a GPU runs (`fused_kernel(False)`): ActivationStats and the run-wide collector read nothing from the device over real training batches."
+    "With the torch ops a GPU runs (`use_kernel('torch')`): ActivationStats and the run-wide collector read nothing from the device over real training batches."
     import torch.nn.functional as F
     from torch import nn
     from miniai.datasets import fashion_dls
@@ -226,14 +225,14 @@ def test_hooks_on_the_device_path_never_sync():
         order = 10
         def after_batch(self, learn):
             if learn.iter == 20: raise CancelFitException()
-    def run(fused):
+    def run(kernel):
         set_seed(0)
         model = baseline_cnn()
         hook = ActivationStatisticsHook(StatisticsConfig(collect_input=False))
-        with hook.attach(model, layers=nn.Conv2d), fused_kernel(fused), count_syncs() as cs:
+        with hook.attach(model, layers=nn.Conv2d), use_kernel(kernel), count_syncs() as cs:
             Learner(model, fashion_dls(256), F.cross_entropy, lr=0.1, cbs=[TrainCB(), Stop(), ActivationStats(nn.Conv2d)]).fit(1, valid=False)
         return cs.n
-    assert run(False) == run(True) == 3   # the DataLoader's sampler reads 3 host values per epoch; the hooks none
+    assert run('torch') == run('loops') == 3   # the DataLoader's sampler reads 3 host values per epoch; the hooks none
 
 
 class Emit(torch.nn.Module):
@@ -242,7 +241,7 @@ class Emit(torch.nn.Module):
     def forward(self, x): return self.t.clone()
 
 @PATHS
-def test_diagnose_reads_every_value(fused):
+def test_diagnose_reads_every_value(kernel):
     "Lesson 10's table on structured layers: a dead layer whose tail is alive, a NaN column, and an exploding outlier at the last index (the torch path too)."
     from miniai.activations import ActivationStats, get_min, main_recorder
     from miniai.learner import Learner, run_cbs
@@ -255,7 +254,7 @@ def test_diagnose_reads_every_value(fused):
     learn = Learner(net, [[(torch.zeros(1),)]], cbs=[a]); learn.model = net   # drive the hooks by hand
     run_cbs([a], 'before_fit', learn)
     for h, name in zip(a.hooks, net): h.name = name
-    with fused_kernel(fused), count_syncs() as cs:
+    with use_kernel(kernel), count_syncs() as cs:
         for _ in range(3):
             run_cbs([a], 'before_batch', learn); [m(None) for m in net.values()]; run_cbs([a], 'after_batch', learn)
     run_cbs([a], 'cleanup_fit', learn)

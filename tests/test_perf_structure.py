@@ -2,15 +2,15 @@
 collector's sketch sample is bucketed inside the kernel's one compiled pass (no torch op reads the tensor, nothing is copied
 or kept pending), every value lands in a sketch bucket whose bounds hold it, the fused sketch agrees with the torch ops'
 one, and a recorder's state stays bounded however many batches it records."""
-import math, numpy as np, torch, pytest
+import importlib.util, math, numpy as np, torch, pytest
 from torch.utils._python_dispatch import TorchDispatchMode
 from miniai import kernel
-from miniai.kernel import Recorder, fused_kernel
+from miniai.kernel import Recorder, use_kernel
 from miniai.sketch import SketchRecorder, QuantileSketch, _skp
 from miniai.statistics import StatisticsConfig, StatisticsCollector
 from miniai.testing import count_ops
 
-pytestmark = pytest.mark.skipif(not kernel._HAVE_NUMBA, reason='the compiled loops need numba')
+pytestmark = pytest.mark.skipif(importlib.util.find_spec('numba') is None, reason='the compiled loops need numba')
 
 class _largest(TorchDispatchMode):
     "The largest number of elements any torch op inside the block writes."
@@ -29,10 +29,10 @@ def test_collector_call_on_the_cpu_is_one_compiled_pass_per_tensor():
     "A default collector call on sampled tensors: no torch op reads the tensors, none writes more than a few values, nothing waits in a pending list."
     xs = _acts(6)
     c = StatisticsCollector(StatisticsConfig())
-    with fused_kernel(True):
+    with use_kernel('loops'):
         for x in xs[:2]: c.update_statistics('m', x, x * 2)        # streams made, exact buffers released
         for s in c._streams.values():                                # every row of the sample tables drawn (each is drawn once, when first sampled)
-            for row in range(kernel._TABLE_ROWS): s.sample_index(xs[0].numel(), row)
+            for row in range(kernel.TABLE_ROWS): s.sample_index(xs[0].numel(), row)
         with count_ops() as co, _largest() as big:
             for x in xs[2:]: c.update_statistics('m', x, x)
     assert co.n <= 2 * 4, co.ops                                # the few small ops of the bookkeeping, no pass of torch ops
@@ -44,7 +44,7 @@ def test_sketchrecorder_keeps_nothing_per_batch():
     "Two hundred batches: the recorder's folded rows, tables and sketch stay the same size; the sampling record is one tensor added to in place."
     r = SketchRecorder()
     x = torch.randn(40_000, generator=torch.Generator().manual_seed(1))
-    with fused_kernel(True):
+    with use_kernel('loops'):
         r.record(x)
         acc = r.sampling
         for _ in range(200): r.record(x)
@@ -58,7 +58,7 @@ def test_a_merged_sampling_record_is_copied_before_it_is_added_to():
     "A recorder whose sampling record came from another (merge) copies it before adding in place: the other's stays as it was."
     xs = _acts(2, (40_000,))
     a, b = SketchRecorder(), SketchRecorder()
-    with fused_kernel(True):
+    with use_kernel('loops'):
         b.record(xs[0])
         before = b.sampling.clone()
         a.merge(b)
@@ -77,7 +77,7 @@ def test_every_value_lands_in_a_bucket_that_holds_it(level, dtype):
     v = torch.tensor(edges, dtype=dtype)
     near = torch.cat([v, torch.nextafter(v, torch.zeros_like(v)), torch.nextafter(v, torch.full_like(v, math.inf))])
     vals = torch.cat([near, -near, torch.tensor([0., -0.], dtype=dtype)])
-    loop = kernel._loops(None)['sketch']
+    with kernel.use_kernel('loops'): loop = kernel.loops_for(torch.ones(1))['sketch']
     skp = _skp(level)
     for x in vals.numpy():
         counts = np.zeros(2 * k + 1)
@@ -94,7 +94,7 @@ def test_nonfinite_values_are_not_bucketed_and_weights_sum_to_the_count():
     res = {}
     for fused in (True, False):
         r = SketchRecorder()
-        with fused_kernel(fused):
+        with use_kernel('loops' if fused else 'torch'):
             for x in xs: r.record(x)
             r.flush()
         res[fused] = r

@@ -400,7 +400,7 @@ STRUCT = dict(collect_percentiles=[1, 50, 99], collect_histogram=True, histogram
 @pytest.fixture(params=[True, False], ids=['fused', 'torch-ops'])
 def fused(request):
     "Run the test with the compiled CPU loops, then with the torch ops other devices run."
-    with miniai.kernel.fused_kernel(request.param): yield request.param
+    with miniai.kernel.use_kernel('loops' if request.param else 'torch'): yield request.param
 
 def _ref(x):
     ref = x.double().numpy().ravel()

@@ -24,7 +24,7 @@ CONFIGS = {'default': {}, 'full': FULL, 'exact': dict(FULL, exact=True, max_samp
 @pytest.fixture(params=[True, False], ids=['fused', 'torch-ops'])
 def fused(request):
     "Run the test with the compiled CPU loops, then with the torch ops (`_FUSED[0]` restored after)."
-    with kernel.fused_kernel(request.param): yield request.param
+    with kernel.use_kernel('loops' if request.param else 'torch'): yield request.param
 
 def _batches():
     "Small batches (whole into the sketch, into the exact buffer), large ones (sampled), NaN/Inf, a half dtype and a strided view."

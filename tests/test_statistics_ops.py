@@ -1,4 +1,4 @@
-"""How many torch ops a collector call costs on the torch path (MINIAI_FUSED=0, what a GPU runs): the kernel's one pass per
+"""How many torch ops a collector call costs on the torch path (MINIAI_KERNEL=torch, what a GPU runs): the kernel's one pass per
 tensor, plus a few of the collector's own (a sample, or a copy of a small tensor, and the sketch's batched flush amortised)."""
 import torch, pytest
 from miniai import kernel
@@ -7,10 +7,8 @@ from miniai.testing import count_ops
 from miniai.statistics import StatisticsConfig, StatisticsCollector
 
 @pytest.fixture
-def torch_ops():
-    old, kernel._FUSED[0] = kernel._FUSED[0], False
-    yield
-    kernel._FUSED[0] = old
+def torch_ops(monkeypatch):
+    monkeypatch.setenv('MINIAI_KERNEL', 'torch')
 
 def _per_call(f, calls=32):
     for _ in range(4): f()                        # warm: streams made, the exact buffers released, sample tables drawn

@@ -1,7 +1,8 @@
 """`StatisticsConfig(collect_weights=True, collect_param_grads=True, per_channel=...)`: the run-wide collector's statistics of each
 hooked module's own parameters and their `.grad`, and its exact per-channel statistics, against direct torch computations;
 `every`, gradient checkpointing, save/load/merge, the quantization export, memory, bad values and cleanup."""
-import copy, io, json, math, warnings
+import copy, io, json, math, os, warnings
+from unittest import mock
 import pytest, torch
 from torch import nn
 import torch.nn.functional as F
@@ -95,17 +96,13 @@ def test_per_channel_json_quant_and_odd_shapes():
 @pytest.mark.parametrize('loops', [True, False], ids=['compiled loops', 'torch path'])
 def test_weights_and_grads_exact_and_nothing_touched(loops):
     "Weights as each forward saw them and `.grad` after each backward: the run-wide statistics of all of them, exactly; no host sync; outputs, weights and grads bit-identical to an unhooked run, on both kernel paths; no hook left; the hooked model copies and saves."
-    from miniai.kernel import _FUSED
-    old = _FUSED[0]
-    _FUSED[0] = loops
-    try:
+    with mock.patch.dict(os.environ, MINIAI_KERNEL='loops' if loops else 'torch'):
         c = ActivationStatisticsHook(StatisticsConfig(collect_weights=True, collect_param_grads=True, per_channel=True, exact=True))
         m1, m2 = convnet(), convnet()
         with c.attach(m1):
             copy.deepcopy(m1); torch.save(m1, io.BytesIO())
         with count_syncs() as cs: s1 = loop(m1, c, layers=lambda m: not any(m.children()))   # the ReLU too: a module without parameters
         s2 = loop(m2)
-    finally: _FUSED[0] = old
     assert cs.n == 0, cs.ops               # recording weights, grads and channels reads nothing back to the host
     for k in s1: assert all(torch.equal(x, y) for x, y in zip(s1[k], s2[k])), k
     assert all(torch.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))

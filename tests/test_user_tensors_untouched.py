@@ -3,7 +3,7 @@
 Every recorder, collector, dumper and debugger watches the same small CNN, on both kernel paths (the compiled CPU loop and
 the torch ops every GPU runs) and in every float dtype. The run with the tool must leave the user's input, every layer's
 output and output gradient, the parameters' gradients and the loss bit-identical to the same run without it."""
-import copy, io, tempfile, warnings
+import copy, io, os, tempfile, warnings
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 import pytest, torch
@@ -31,10 +31,12 @@ def _inputs(dtype):
 
 @contextmanager
 def _kernel_path(fused):
-    old = kernel._FUSED[0]
-    kernel._FUSED[0] = fused and kernel._HAVE_NUMBA
+    old = os.environ.get('MINIAI_KERNEL')
+    os.environ['MINIAI_KERNEL'] = 'loops' if fused else 'torch'      # every thread, the backward's too
     try: yield
-    finally: kernel._FUSED[0] = old
+    finally:
+        if old is None: del os.environ['MINIAI_KERNEL']
+        else: os.environ['MINIAI_KERNEL'] = old
 
 def _step(model, x, y):
     "One training step's forward and backward, capturing what the user can see: each layer's output and output gradient."
