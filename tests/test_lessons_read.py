@@ -14,7 +14,8 @@ DRAWS = {'color_dim', 'dead_chart', 'plot_stats', 'show_image', 'show_images', '
          'matshow', 'pcolormesh', 'semilogy', 'loglog'}
 TEST_LINE = re.compile(r'^\s*(assert\b|test_\w*\(|test_\w+\s*\(|[\w.]*\btest_(eq|ne|close|fail|warns|is|shuffled|stdout|eq_type)\b)')
 MAX_VISIBLE_TEST_LINES = 20
-STORY_LESSONS = ('11_initializing',)   # the course's lessons told as stories: short visible cells
+STORY_LESSONS = ('10_activations', '11_initializing')   # the course's lessons told as stories: short visible cells
+SHORT_CELLS = STORY_LESSONS + ('09h_activation_stats',)    # and the reference lesson built in small cells
 MAX_VISIBLE_CELL_LINES = 40
 MIN_PICTURE_PX = 100                  # a picture narrower or lower than this shows nothing (a stripe from a test's figure)
 
@@ -75,9 +76,9 @@ def test_the_checks_see_what_they_look_for():
     assert _directives("#| hide\nx") == {'hide'} and _directives("#|eval: false\n") == {'eval:false'}
     assert [bool(TEST_LINE.match(l)) for l in ("test_eq(a, b)", "  assert x", "x = test_result", "fc.test_close(a, b)")] == [True, True, False, True]
 
-@pytest.mark.parametrize('name', STORY_LESSONS)
+@pytest.mark.parametrize('name', SHORT_CELLS)
 def test_story_lessons_show_short_cells(name):
-    "A story lesson's visible code cells, exported ones included, are at most 40 lines: longer code goes to a hidden cell or its own notebook."
+    "A story lesson's (or the reference lesson's) visible code cells, exported ones included, are at most 40 lines: longer code goes to a hidden cell or its own notebook."
     long = []
     for i, cell in enumerate(_cells(nbs_path/f'{name}.ipynb')):
         src = _source(cell)
