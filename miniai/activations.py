@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/activation_stats.html.md"""
 
 # %% ../nbs/09h_activation_stats.ipynb #62280939
 from __future__ import annotations
-import math, numbers, collections, weakref
+import sys, math, numbers, collections, weakref
 from functools import partial
 import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
@@ -123,6 +123,30 @@ class _StatsHook(Hook):
 _PHASES = ('train', 'valid')
 
 def _param_key(pname, grad=False): return ('grad.param.' if grad else 'param.') + pname
+
+# %% ../nbs/09h_activation_stats.ipynb #0d051cd6
+def _held(t, what):
+    "What this rank holds of parameter (or gradient) `t`, and whether it is a shard of it: a DTensor's local shard (FSDP2's `fully_shard`), else all of `t`; on the CPU read through a fresh alias of its memory, so that `t`'s own storage stays resizable (a tensor read through numpy can never be resized again, and FSDP frees an unsharded parameter by resizing its storage to 0)."
+    mod = sys.modules.get('torch.distributed.tensor')     # not imported: no DTensor exists
+    sharded = mod is not None and isinstance(t, mod.DTensor)
+    if sharded:
+        if not all(p.is_shard() for p in t.placements):
+            if all(p.is_replicate() for p in t.placements): sharded = False
+            else: raise ValueError(f"weights/param_grads: {what} is a DTensor placed {tuple(t.placements)}: only whole parameters or shards on "
+                                   "every mesh dim (FSDP2's `fully_shard` on a 1-D mesh) merge across ranks; record with weights=False, param_grads=False")
+        t = t.to_local()
+    t = t.detach()
+    if t.device.type == 'cpu':
+        try: t = torch.from_dlpack(t)
+        except (RuntimeError, BufferError, TypeError): pass    # a dtype DLPack cannot carry: read as it is
+    return t, sharded
+
+def _ddp_grad(p):
+    "Whether `p`'s `.grad`, when accumulated, is only this rank's: several ranks, and `p` not a DTensor (FSDP2 calls the hook with its shard of the averaged gradient)."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return False
+    mod = sys.modules.get('torch.distributed.tensor')
+    return not (mod is not None and isinstance(p, mod.DTensor))
 _NOT_OUTPUTS = ('grad.', 'param.')   # the keys of gradient and parameter streams: every other key is an output
 def _is_output(key): return not key.startswith(_NOT_OUTPUTS)
 
@@ -151,6 +175,7 @@ class ActivationStats(HooksCallback):
         self.per_channel = (1 if per_channel is True else None if per_channel is False else int(per_channel))
         self._auto = isinstance(hi, str)
         self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
+        self._sharded, self._pgrad_late = {}, {}
         self.kinds = {}   # layer -> (its class name, its bounds when a bounded activation), in the order of the first forward
         self.layer_types = {}   # layer -> what it is ('Conv2d 1→8'), for the plots' titles; statistics loaded from a folder have none
         prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
@@ -171,10 +196,13 @@ def before_fit(self:ActivationStats, learn):
     self.channels = {p: {n: {} for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
     self.kinds = {}
     self._pgrad_owed = set()                                 # (layer, parameter) whose next `.grad` belongs to a recorded forward
+    self._sharded = {}      # (layer, parameter key) -> whether each rank records its shard (FSDP2: merged) or all of it (not merged)
+    self._pgrad_late = {}   # backward's graph task -> [(layer, parameter name, parameter)] whose `.grad` is read at its end (DDP)
     for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
         if on:
             for name, recs in self.recorders[phase].items(): self._recorder(recs, name, '0')
 
+# %% ../nbs/09h_activation_stats.ipynb #d5b85cc5
 @fc.patch
 def _recorder(self:ActivationStats, recs, name, key):
     "The recorder of output `key` in `recs` (layer `name`'s of one phase), made when first asked for (with `hi='auto'` its `hi` is set at its first batch)."
@@ -198,20 +226,52 @@ def _record_fn(self:ActivationStats, rec):
 # %% ../nbs/09h_activation_stats.ipynb #5bd6e6ad
 @fc.patch
 def _param_grad(self:ActivationStats, name, pname, p):
-    "A hooked layer's parameter `p` after backward accumulated its `.grad`: recorded (read only) when a recorded training forward owes it."
+    "A hooked layer's parameter `p` after backward accumulated its `.grad`: recorded (read only) when a recorded training forward owes it; under DDP at the end of that backward."
     if (name, pname) not in self._pgrad_owed: return
     self._pgrad_owed.discard((name, pname))
+    if _ddp_grad(p) and self._read_later(name, pname, p): return
+    self._record_pgrad(name, pname, p)
+
+@fc.patch
+def _record_pgrad(self:ActivationStats, name, pname, p):
     g = p.grad
     if g is None or not (g.is_floating_point() and g.numel()) or g.is_sparse: return
     recs = self.recorders['train'].get(name)
-    if recs is not None: self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(g)
+    if recs is not None: self._record_held(recs, name, _param_key(pname, grad=True), g, f'{name}.{pname}.grad')
+
+# %% ../nbs/09h_activation_stats.ipynb #71c9629d
+@fc.patch
+def _read_later(self:ActivationStats, name, pname, p):
+    "Under DDP an accumulated `.grad` is this rank's own gradient; when its backward ends, DDP has replaced it by the average of all ranks' (what one process computes on all their data): record it then, queued behind DDP's own end-of-backward step. False outside a backward."
+    task = torch._C._current_graph_task_id()
+    if task == -1: return False
+    late = self._pgrad_late.get(task)
+    if late is None:
+        late = self._pgrad_late[task] = []
+        eng = torch.autograd.Variable._execution_engine
+        eng.queue_callback(lambda: eng.queue_callback(partial(self._record_late, task)))   # queued again from the end: after DDP's
+    late.append((name, pname, p))
+    return True
+
+@fc.patch
+def _record_late(self:ActivationStats, task):
+    for name, pname, p in self._pgrad_late.pop(task, ()): self._record_pgrad(name, pname, p)
+
+@fc.patch
+def _record_held(self:ActivationStats, recs, name, key, t, what):
+    "Record what this rank holds of parameter (or gradient) `t` (see `_held`) in `recs[key]`."
+    t, sharded = _held(t, what)
+    if self._sharded.setdefault((name, key), sharded) != sharded:
+        raise ValueError(f"weights/param_grads: {what} was recorded {'whole' if sharded else 'sharded'} before and {'sharded' if sharded else 'whole'} now; "
+                         "keep one sharding for the whole recording")
+    self._record_fn(self._recorder(recs, name, key))(t)
 
 @fc.patch
 def _record_params(self:ActivationStats, mod, name, recs, training):
     "The layer's own parameters (values as the forward sees them), and, in a training forward with grad, their next `.grad` owed."
     for pn, p in mod.named_parameters(recurse=False):
         if not (p.is_floating_point() and p.numel()): continue
-        if self.weights: self._record_fn(self._recorder(recs, name, _param_key(pn)))(p)
+        if self.weights: self._record_held(recs, name, _param_key(pn), p, f'{name}.{pn}')
         if self.param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
 
 # %% ../nbs/09h_activation_stats.ipynb #e350c2a6
@@ -284,9 +344,10 @@ def params(self:ActivationStats, phase='train', grads=False):
 
 @fc.patch
 def all_reduce(self:ActivationStats, group=None):
-    "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Returns how many were merged (0 when not distributed)."
+    "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Parameters and their gradients (`weights`, `param_grads`) merge when each rank recorded its shard (FSDP2); recorded whole, they are already the same on every rank (DDP) and stay. Returns how many were merged (0 when not distributed)."
     from miniai.kernel import sync_recorders
-    recs = [recs[k] for phase in _PHASES for recs in self.recorders[phase].values() for k in sorted(recs)]
+    recs = [recs[k] for phase in _PHASES for name, recs in self.recorders[phase].items() for k in sorted(recs)
+            if _is_output(k) or k.startswith('grad.') and not k.startswith('grad.param.') or self._sharded.get((name, k), False)]
     if self._auto: _check_same_ranges(recs, group)
     return sync_recorders(recs, group)
 
