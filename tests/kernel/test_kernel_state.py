@@ -9,7 +9,7 @@ import miniai.kernel as K
 from miniai.kernel import Recorder, fused_kernel, batch_moments, FIELDS
 from miniai.testing import count_ops, count_syncs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 def _act(seed=0, shape=(64, 8, 14, 14)):
     g = torch.Generator().manual_seed(seed)
