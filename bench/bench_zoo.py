@@ -18,7 +18,7 @@ def commit():
 
 if __name__ == '__main__':
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument('--subset', action='store_true', help="only the small subset that tests/test_zoo.py runs")
+    p.add_argument('--subset', action='store_true', help="only the small subset that tests/verdict/test_zoo.py runs")
     p.add_argument('--configs', default=None, help="comma-separated configuration names (default: all)")
     p.add_argument('--steps', type=int, default=zoo.STEPS)
     p.add_argument('--threads', type=int, default=1, help="torch threads (default 1: models this small train fastest on one, and a shared machine's other threads make two wait at every barrier)")

@@ -4,8 +4,12 @@ _workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
 if _workers > 1:   # one torch thread per xdist worker: two workers x two threads on two cores stall each other (OpenMP spinning)
     os.environ['OMP_NUM_THREADS'] = '1'   # also for the subprocesses the tests start (CLI, torchrun)
 
-import tempfile
+import sys, tempfile
+from pathlib import Path
 import pytest, torch
+
+# tests/support: what several test folders share (models and loops, the torchrun and CLI scripts), importable as `from _steps import ...`
+sys.path.insert(0, str(Path(__file__).parent/'support'))
 if _workers > 1: torch.set_num_threads(1)
 
 # Property tests: `make test` (and so CI) runs the `make-test` profile, the same examples on every run for a given

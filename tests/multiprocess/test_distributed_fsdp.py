@@ -5,7 +5,7 @@ from pathlib import Path
 from _torchrun import run_two_ranks
 from miniai.kernel import FIELDS
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]/'support'   # the scripts torchrun runs
 sys.path.insert(0, str(HERE))
 import _fsdp_stats
 

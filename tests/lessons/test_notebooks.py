@@ -5,7 +5,7 @@ import pytest
 from execnb.shell import CaptureShell
 from fastcore.nbio import read_nb
 
-nbs_path = Path(__file__).parent.parent/'nbs'
+nbs_path = Path(__file__).parents[2]/'nbs'
 notebooks = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
 
 _EXPORT_CALL = re.compile(r'(import nbdev;\s*)?nbdev\.nbdev_export\(\)')

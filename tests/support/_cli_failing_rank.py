@@ -1,4 +1,4 @@
-"""`miniai-diagnose` where rank 1 raises after its first training batch: run under torchrun by tests/test_cli.py."""
+"""`miniai-diagnose` where rank 1 raises after its first training batch: run under torchrun by tests/multiprocess/test_cli.py."""
 import os, sys
 from miniai import cli
 from miniai.learner import Callback

@@ -168,7 +168,7 @@ def test_two_ranks_under_torchrun(tmp_path):
 def test_a_failing_rank_fails_the_run(tmp_path):
     "Rank 1 raises after one batch: the run exits with an error within the time limit, and nothing is written."
     out = tmp_path/'out'
-    res = run_two_ranks(Path(__file__).parent/'_cli_failing_rank.py', '--epochs', '1', '--out', out, timeout=200)
+    res = run_two_ranks(Path(__file__).parents[1]/'support'/'_cli_failing_rank.py', '--epochs', '1', '--out', out, timeout=200)
     assert res.returncode != 0
     assert 'rank 1 fails on purpose' in res.stderr, res.stderr[-3000:]
     assert not (out/'summary.json').exists()

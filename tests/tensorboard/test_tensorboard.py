@@ -48,7 +48,7 @@ def test_start_step(tmp_path):
 
 @pytest.mark.parametrize('astats', [object(), StatisticsConfig()], ids=['object', 'config'])
 def test_what_holds_no_statistics_is_refused_clearly(astats, tmp_path):
-    "Run-wide statistics (a collector, a StatisticsCB) are written now (tests/test_tensorboard_runwide.py); anything else is refused."
+    "Run-wide statistics (a collector, a StatisticsCB) are written now (tests/tensorboard/test_tensorboard_runwide.py); anything else is refused."
     with pytest.raises(TypeError, match='astats must be an ActivationStats.*a StatisticsCB or a StatisticsCollector'): TensorBoardCB(tmp_path, astats=astats)
     assert not tmp_path.joinpath('x').exists()
 

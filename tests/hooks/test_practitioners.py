@@ -4,7 +4,7 @@ attach / before fit instead of recording zeros; `format_diagnosis` aligned for l
 under gradient checkpointing (gradients of checkpointed layers in both `use_reentrant` modes); a module called several times
 per forward reported (`CalledTwiceWarning`); plots readable at 24-50 layers and unchanged at 10 or fewer.
 Real small models trained for a few steps; nothing is downloaded and nothing is compiled (the compiled model is refused
-before its first call, and `torch.compile` compiles lazily; tests/test_compile.py compiles)."""
+before its first call, and `torch.compile` compiles lazily; tests/hooks/test_compile.py compiles)."""
 import re, warnings
 from collections import OrderedDict
 
@@ -167,7 +167,7 @@ def test_a_warnings_filter_error_raises_after_the_hooks_are_removed():
 
 
 # 3. a compiled model: what its compiled code cannot record is refused when attaching, never silent zeros (nothing is compiled:
-# the error comes before the first call); a torch.compile'd model records (tests/test_compile.py)
+# the error comes before the first call); a torch.compile'd model records (tests/hooks/test_compile.py)
 
 @pytest.mark.skipif(not hasattr(torch, 'compile'), reason='this torch has no torch.compile')
 def test_attach_and_fit_refuse_a_compiled_model_and_say_what_to_do():

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np, pytest
 import miniai.datasets as mds
 
-repo = Path(__file__).parent.parent
+repo = Path(__file__).parents[2]
 pytestmark = pytest.mark.skipif(not mds.debian_fashion_path.exists(), reason="needs Debian's dataset-fashion-mnist")
 
 ROWS = {'train': 2000, 'test': 500}

@@ -2,7 +2,7 @@
 import os, socket, subprocess, sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 def free_port():
     "A TCP port on the loopback that is free right now."

@@ -5,7 +5,7 @@ import ast, base64, json, re, struct
 from pathlib import Path
 import pytest
 
-nbs_path = Path(__file__).parent.parent/'nbs'
+nbs_path = Path(__file__).parents[2]/'nbs'
 notebooks = sorted(p for p in nbs_path.glob('*.ipynb') if not p.name.startswith('_'))
 
 # functions and methods that draw a figure: miniai's plots and the matplotlib calls a lesson makes itself

@@ -10,7 +10,7 @@ from hypothesis import given, settings, HealthCheck, strategies as st
 from hypothesis.extra import numpy as hnp
 from miniai.compare import compare_arrays
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 def reference(a, b):
     "The statistics `compare_arrays` computes, straight from the definitions, in long double (no overflow for float64 squares)."

@@ -5,7 +5,7 @@ from pathlib import Path
 from _torchrun import run_two_ranks, torchrun_env
 from miniai.kernel import FIELDS
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]/'support'   # the scripts torchrun runs
 
 def test_activation_stats_of_two_ranks_equal_one_process(tmp_path):
     "Each rank sees half of every batch; after fit the merged statistics are those of one process seeing whole batches."
