@@ -6,7 +6,7 @@ import ast, json, os, subprocess, sys
 from pathlib import Path
 import pytest, torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 def _run(code, cache, **env):
     "Run `code` in a fresh process with numba's cache in folder `cache`, outside the repo (this tree's miniai first on the path); its last line of output, as JSON."
