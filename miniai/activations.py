@@ -91,9 +91,11 @@ def _layer_type(module):
     return kind
 
 # %% ../nbs/09h_activation_stats.ipynb #74e5a58f
-def _check_stats_args(bins, hi, per_channel=False):
+def _check_stats_args(bins, hi, per_channel=False, sample=16384):
     "Refuse, when `ActivationStats` is built, the arguments that would fail (or divide by zero) inside a hook, naming the argument."
     check_arg(bins, 'bins', 'ActivationStats', lo=1)
+    if sample != 0: check_arg(sample, 'sample', 'ActivationStats', lo=16, none='bin every value',
+                              note='values drawn per tensor for the middle bins, in runs of 16; 0 also bins every value')
     if not (isinstance(hi, str) and hi == 'auto'):
         if isinstance(hi, str): raise ValueError(f"ActivationStats: `hi` is the top of the |x| histogram, a number > 0 or 'auto', got {hi!r}")
         check_arg(hi, 'hi', 'ActivationStats', kind='real', lo=0, lo_open=True, note="the top of the |x| histogram, or 'auto'")
@@ -168,7 +170,7 @@ class ActivationStats(HooksCallback):
     def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
                  on_train=True, on_valid=False, *, weights=False, param_grads=False, per_channel=False):
         "`hi='auto'`: each series' histogram top chosen from its first batch (the 99.9th percentile of |x| rounded up to 1, 2 or 5 x 10^k), and `diagnose` judges stds against the layer's own scale. `weights`, `param_grads`: record each hooked layer's own parameters, and their `.grad` after backward. `per_channel`: exact per-channel statistics of the outputs, channels on dim 1 (`True`) or on the dim given."
-        _check_stats_args(bins, hi, per_channel)
+        _check_stats_args(bins, hi, per_channel, sample)
         super().__init__(None, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=partial(_StatsHook, owner=weakref.ref(self)))
         self.exact, self.grads, self.bins, self.hi, self.sample = exact, grads, bins, hi, sample
         self.weights, self.param_grads = bool(weights), bool(param_grads)

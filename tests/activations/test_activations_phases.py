@@ -128,3 +128,16 @@ def test_course_adapter_off_the_path():
     h = a.hooks[0]
     assert main_recorder(h) is a.series()['0'] and torch.equal(h.stats[0], a.series()['0'].means)
     assert torch.equal(get_hist(h), a.series()['0'].hists.t().float().log1p())
+
+
+@pytest.mark.parametrize('sample', [8, -5, 'x', 2.5, True])
+def test_a_sample_the_kernel_cannot_draw_is_refused_when_made(sample):
+    "Below one run of 16 values (8 divided by zero in the first forward), negative, not an integer: refused by ActivationStats itself, naming the argument."
+    with pytest.raises((TypeError, ValueError), match=r"ActivationStats: `sample` must be an integer >= 16"): ActivationStats(sample=sample)
+
+@pytest.mark.parametrize('sample', [16, 0, None])
+def test_a_sample_of_16_or_none_records(sample):
+    m = nn.Sequential(nn.Linear(4, 4)).train()
+    astats = ActivationStats(sample=sample)
+    with astats.attach(m): m(torch.randn(5000, 4))
+    assert int(astats.series()['0'].hists.sum()) == 20000      # every value counted once in the histogram
