@@ -12,6 +12,7 @@ import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
 
 from .datasets import *
+from .datasets import short_names, line_styles
 from .learner import *
 from .kernel import *
 from .kernel import row_moments, prepare_loops
@@ -20,8 +21,8 @@ from .hooks import default_layers
 from .hooks import HookFn, tensor_items, skip_reason, other_names
 from .findings import *
 from .findings import format_finding
-from .findings import finding
-from .core import check_arg
+from .findings import finding, stream_row, judge_rows
+from .core import check_arg, rank_share, grad_is_local
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -127,28 +128,6 @@ _PHASES = ('train', 'valid')
 def _param_key(pname, grad=False): return ('grad.param.' if grad else 'param.') + pname
 
 # %% ../nbs/09h_activation_stats.ipynb #0d051cd6
-def _held(t, what):
-    "What this rank holds of parameter (or gradient) `t`, and whether it is a shard of it: a DTensor's local shard (FSDP2's `fully_shard`), else all of `t`; on the CPU read through a fresh alias of its memory, so that `t`'s own storage stays resizable (a tensor read through numpy can never be resized again, and FSDP frees an unsharded parameter by resizing its storage to 0)."
-    mod = sys.modules.get('torch.distributed.tensor')     # not imported: no DTensor exists
-    sharded = mod is not None and isinstance(t, mod.DTensor)
-    if sharded:
-        if not all(p.is_shard() for p in t.placements):
-            if all(p.is_replicate() for p in t.placements): sharded = False
-            else: raise ValueError(f"weights/param_grads: {what} is a DTensor placed {tuple(t.placements)}: only whole parameters or shards on "
-                                   "every mesh dim (FSDP2's `fully_shard` on a 1-D mesh) merge across ranks; record with weights=False, param_grads=False")
-        t = t.to_local()
-    t = t.detach()
-    if t.device.type == 'cpu':
-        try: t = torch.from_dlpack(t)
-        except (RuntimeError, BufferError, TypeError): pass    # a dtype DLPack cannot carry: read as it is
-    return t, sharded
-
-def _ddp_grad(p):
-    "Whether `p`'s `.grad`, when accumulated, is only this rank's: several ranks, and `p` not a DTensor (FSDP2 calls the hook with its shard of the averaged gradient)."
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return False
-    mod = sys.modules.get('torch.distributed.tensor')
-    return not (mod is not None and isinstance(p, mod.DTensor))
 _NOT_OUTPUTS = ('grad.', 'param.')   # the keys of gradient and parameter streams: every other key is an output
 def _is_output(key): return not key.startswith(_NOT_OUTPUTS)
 
@@ -231,7 +210,7 @@ def _param_grad(self:ActivationStats, name, pname, p):
     "A hooked layer's parameter `p` after backward accumulated its `.grad`: recorded (read only) when a recorded training forward owes it; under DDP at the end of that backward."
     if (name, pname) not in self._pgrad_owed: return
     self._pgrad_owed.discard((name, pname))
-    if _ddp_grad(p) and self._read_later(name, pname, p): return
+    if grad_is_local(p) and self._read_later(name, pname, p): return
     self._record_pgrad(name, pname, p)
 
 @fc.patch
@@ -261,8 +240,8 @@ def _record_late(self:ActivationStats, task):
 
 @fc.patch
 def _record_held(self:ActivationStats, recs, name, key, t, what):
-    "Record what this rank holds of parameter (or gradient) `t` (see `_held`) in `recs[key]`."
-    t, sharded = _held(t, what)
+    "Record what this rank holds of parameter (or gradient) `t` (see `miniai.core.rank_share`) in `recs[key]`."
+    t, sharded = rank_share(t, what)
     if self._sharded.setdefault((name, key), sharded) != sharded:
         raise ValueError(f"weights/param_grads: {what} was recorded {'whole' if sharded else 'sharded'} before and {'sharded' if sharded else 'whole'} now; "
                          "keep one sharding for the whole recording")
@@ -356,27 +335,6 @@ def all_reduce(self:ActivationStats, group=None):
 # %% ../nbs/09h_activation_stats.ipynb #dfaf39c1
 _FEW_LAYERS = 10   # up to this many layers the plots draw as the lesson's; more get a grid, colours and a legend that stay readable
 
-def _short_names(names, width=22):
-    "Names for many small panels: each name's tail ('…' and its last `width`-1 characters), longer where two tails would be the same; a name repeated gets ' (2)', ' (3)'..."
-    ws = [width] * len(names)
-    def tail(n, w): return n if len(n) <= w else '…' + n[-(w - 1):]
-    while True:
-        ts = [tail(n, w) for n, w in zip(names, ws)]
-        seen = collections.Counter(ts)
-        grow = [i for i, t in enumerate(ts) if seen[t] > 1 and len(names[i]) > ws[i]]
-        if not grow: break
-        for i in grow: ws[i] += 1
-    k = collections.Counter()
-    def numbered(t):
-        k[t] += 1
-        return t if k[t] == 1 else f'{t} ({k[t]})'
-    return [numbered(t) for t in ts]
-
-def _styles(n):
-    "Line colours and styles for `n` layers, distinct up to 80: tab20's twenty colours, then again dashed, dotted, dash-dotted."
-    cmap = plt.get_cmap('tab20')
-    return [dict(color=cmap(i % 20), linestyle=('-', '--', ':', '-.')[i // 20 % 4]) for i in range(n)]
-
 # %% ../nbs/09h_activation_stats.ipynb #ed731f79
 @fc.patch
 def _plotted(self:ActivationStats, phase):
@@ -407,7 +365,7 @@ def _titles(self:ActivationStats, names):
 def _finish_fig(self:ActivationStats, fig, axes, names, note, xlabel, ylabel):
     many = len(names) > _FEW_LAYERS
     types = {} if many else getattr(self, 'layer_types', {})     # up to ten layers, each panel also says what its layer is
-    for ax, name, t in zip(axes.flat, names, _short_names(names) if many else names):
+    for ax, name, t in zip(axes.flat, names, short_names(names) if many else names):
         ax.set_title(f'{t} {types[name]}' if types.get(name) else t, fontsize=8 if many else 10)
         if many: ax.tick_params(labelsize=7)
         else: ax.set_xlabel(xlabel); ax.set_ylabel(ylabel)
@@ -449,13 +407,13 @@ def plot_stats(self:ActivationStats, figsize=(10, 4), grads=None, phase='train')
     rows = 2 if grads else 1
     series, note = self._plotted(phase)
     many = len(series) > _FEW_LAYERS
-    labels = _short_names(list(series)) if many else self._titles(series)
+    labels = short_names(list(series)) if many else self._titles(series)
     # many layers: the legend right of the panels, in as many columns as the figure's height needs, the figure wider by them
     ncol = math.ceil(len(series) / max(1, int((figsize[1] * rows - 0.4) / 0.19))) if many else 0
     extra = min(ncol * (0.55 + 0.075 * max(map(len, labels))), 8.) if many else 0
     fig, axs = plt.subplots(rows, 2, figsize=(figsize[0] + extra, figsize[1]*rows), squeeze=False, layout='constrained')
     if note: fig.suptitle(note, fontsize=9)
-    for (name, rec), label, style in zip(series.items(), labels, _styles(len(series)) if many else [{}] * len(series)):
+    for (name, rec), label, style in zip(series.items(), labels, line_styles(len(series)) if many else [{}] * len(series)):
         axs[0, 0].plot(rec.means, label=label, **style); axs[0, 1].plot(rec.stds, label=label, **style)
         g = self.recorders[phase][name].get('grad.0') if grads else None
         if g is not None and g.n_batches:
@@ -476,81 +434,7 @@ def _streams(recs):
     "The output streams (key, `Recorder`) of one layer that recorded something, first output first; gradients left out."
     return [(k, r) for k, r in recs.items() if r.n_batches and _is_output(k)]
 
-def _scale(stds, k):
-    "A layer's own scale, for a relative diagnosis: its largest std before the last `k` batches (all of them when none is before), and its first batch's std (NaN where unknown)."
-    ok = stds[~stds.isnan()]
-    if not len(ok): return math.nan, math.nan
-    before = stds[:-k][~stds[:-k].isnan()]
-    return (before if len(before) else ok).max().item(), ok[0].item()
-
-def _history(stds, k):
-    "A layer's history for the verdict: its largest std before the last `k` batches and that batch (NaN, None when none is before), its first std and its largest (NaN when unknown)."
-    ok = stds[~stds.isnan()]
-    if not len(ok): return math.nan, None, math.nan, math.nan
-    before = stds[:-k].nan_to_num(-1.)
-    if not len(before) or before.max() < 0: return math.nan, None, ok[0].item(), ok.max().item()
-    return before.max().item(), int(before.argmax()), ok[0].item(), ok.max().item()
-
-# %% ../nbs/09h_activation_stats.ipynb #07249f18
-def _evidence(layer, rec, row, k, avg, total):
-    "What the verdict reads of output stream `rec` of `layer` (`row`: its row of `diagnose` over its last `k` batches, `avg` their average): the row's numbers, its history (peak, first and largest std), its first batch with finite values, and its first NaN/Inf batch."
-    m, bad = rec.moments, rec.nonfinite
-    peak, peak_batch, first, top = _history(rec.stds, k)
-    i0 = int(has_any.nonzero()[0, 0]) if (has_any := m.count > 0).any() else None      # its first batch with finite values
-    at_first = None if i0 is None else dict(mean=rec.means[i0].item(), std=rec.stds[i0].item(), var=m.var[i0].item(),
-                                             zeros=(m.zeros[i0] / m.count[i0]).item() if rec.zeros else math.nan)
-    return dict(layer=layer, std=row['std'], mean=row['mean'], var=avg(rec.moments.var), zeros=row['zeros'], overflow=row['overflow'],
-                hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first, max_std=top, first=at_first,
-                first_bad=int(bad.nonzero()[0, 0]) if row['nonfinite'] else None)
-
-def _row(layer, rec, tail, th, relative=False, param=None):
-    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
-    k = max(1, int(round(len(rec) * tail)))
-    m = rec.moments
-    has = m.count[-k:] > 0                # batches with finite values
-    def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
-    bad = rec.nonfinite
-    row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
-    row['zeros'] = avg(torch.where(m.count > 0, m.zeros / m.count.clamp(min=1), math.nan)) if rec.zeros else math.nan
-    row['overflow'] = row['saturated']      # the fraction beyond the histogram's range (`saturated`: its name in the course's plots)
-    total = int((m.count + bad).sum())
-    if param is not None:
-        row['dead'] = row['saturated'] = row['overflow'] = math.nan       # a histogram's bins say nothing about a weight
-        found = judge(layer, nonfinite=row['nonfinite'], total=total, thresholds=th)
-        n, z = int(m.count[-k:].sum()), m.zeros[-k:].sum().item()
-        if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
-    elif relative is None:
-        found = []
-        row['evidence'] = _evidence(layer, rec, row, k, avg, total)
-    else:
-        peak, first = _scale(rec.stds, k) if relative else (None, None)
-        found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total,
-                      thresholds=th, peak_std=peak, first_std=first)
-    if row['nonfinite']:      # where it starts: the first recorded batch with a NaN or Inf
-        batch = int(bad.nonzero()[0, 0])
-        for f in found:
-            if f['measure'] == 'nonfinite': f['batch'] = batch
-    return row, found
-
 # %% ../nbs/09h_activation_stats.ipynb #7f3a7058
-def _judge_rows(rows, kinds, grads, th):
-    "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward (`grads`: {layer: 'frozen' or 'none'}, the layers no gradient reached): each row's findings, its notes, and the layer it is downstream of (None). Returns the row of the model as a whole ('') when the verdict has one (it diverged), else None."
-    order = {n: i for i, n in enumerate(kinds)}
-    rows = sorted(rows, key=lambda r: order.get(r['layer'], len(order)))      # stable: the layers' order where the forward's is unknown
-    evidence = [dict(r.pop('evidence'), grads=grads.get(r['layer']), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None,) * 4))))
-                for r in rows]
-    found, notes = verdict(evidence, th)
-    for r in rows:
-        fs = found[r['layer']]
-        r['findings'], r['notes'] = fs, notes[r['layer']]
-        r['downstream'] = next((f['downstream'] for f in fs if f.get('downstream') is not None), None)
-        batch = next((e['first_bad'] for e in evidence if e['layer'] == r['layer']), None)
-        for f in fs:
-            if f['measure'] == 'nonfinite': f['batch'] = batch
-    if '' not in found: return None
-    return dict(layer='', mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
-                output=None, findings=found[''], notes=[], downstream=None)
-
 @fc.patch
 def _no_grads(self:ActivationStats, phase, kinds):
     "{layer: 'frozen' (no parameter requires grad) or 'none' (no `.grad` recorded)} for the layers with parameters that no gradient reached, when `param_grads` recorded the others' (training only)."
@@ -570,7 +454,7 @@ def _layer_rows(self:ActivationStats, name, phase, tail, th, relative):
         found = [finding(name, 'not recorded', None, None)]
         found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
         streams = [(None, (row, found))]
-    else: streams = [(key, _row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
+    else: streams = [(key, stream_row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
     for key, (row, found) in streams[1:]:     # a further output (an LSTM's h and c): the verdict reads the first; these, NaN/Inf
         e = row.pop('evidence', None)
         if e is not None: found += [dict(f, batch=e['first_bad']) for f in judge(row['layer'], nonfinite=e['nonfinite'], total=e['total'], thresholds=th)]
@@ -579,7 +463,7 @@ def _layer_rows(self:ActivationStats, name, phase, tail, th, relative):
     for pn in dict.fromkeys(pnames):   # the layer's parameters (`weights`), each followed by its gradient (`param_grads`)
         for key, label, kind in ((f'param.{pn}', f'{name}.{pn}', 'value'), (f'grad.param.{pn}', f'{name}.{pn}.grad', 'grad')):
             rec = recs.get(key)
-            if rec is not None and rec.n_batches: streams.append((key, _row(label, rec, tail, th, param=kind)))
+            if rec is not None and rec.n_batches: streams.append((key, stream_row(label, rec, tail, th, param=kind)))
     return streams
 
 # %% ../nbs/09h_activation_stats.ipynb #524aee29
@@ -601,7 +485,7 @@ def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train
             rows.append(row)
     kinds = getattr(self, 'kinds', {})     # statistics loaded from a folder have none: peers by name only
     kinds = {**kinds, **{n: kinds.get(n, (None,) * 4) for n in self.names}}
-    model = _judge_rows(firsts, kinds, self._no_grads(phase, kinds), th) if firsts else None
+    model = judge_rows(firsts, kinds, self._no_grads(phase, kinds), th) if firsts else None
     if model is not None: rows.insert(0, model)
     for row in rows:
         if relative is None:   # the verdict is about the model: what was not recorded is a note about the recording

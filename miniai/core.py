@@ -365,3 +365,29 @@ def other_names(o):
             kwargs[new] = kwargs.pop(old)
         return o(*args, **kwargs)
     return _f
+
+# %% ../nbs/00_core.ipynb #92d530e5
+import sys
+
+def rank_share(t, what):
+    "What this rank holds of parameter (or gradient) `t`, and whether it is a shard of it: a DTensor's local shard (FSDP2's `fully_shard`), else all of `t`; on the CPU read through a fresh alias of its memory, so that `t`'s own storage stays resizable (a tensor read through numpy can never be resized again, and FSDP frees an unsharded parameter by resizing its storage to 0)."
+    mod = sys.modules.get('torch.distributed.tensor')     # not imported: no DTensor exists
+    sharded = mod is not None and isinstance(t, mod.DTensor)
+    if sharded:
+        if not all(p.is_shard() for p in t.placements):
+            if all(p.is_replicate() for p in t.placements): sharded = False
+            else: raise ValueError(f"weights/param_grads: {what} is a DTensor placed {tuple(t.placements)}: only whole parameters or shards on "
+                                   "every mesh dim (FSDP2's `fully_shard` on a 1-D mesh) merge across ranks; record with weights=False, param_grads=False")
+        t = t.to_local()
+    t = t.detach()
+    if t.device.type == 'cpu':
+        try: t = torch.from_dlpack(t)
+        except (RuntimeError, BufferError, TypeError): pass    # a dtype DLPack cannot carry: read as it is
+    return t, sharded
+
+def grad_is_local(p):
+    "Whether `p`'s `.grad`, when accumulated, is only this rank's: several ranks, and `p` not a DTensor (FSDP2 calls the hook with its shard of the averaged gradient)."
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1: return False
+    mod = sys.modules.get('torch.distributed.tensor')
+    return not (mod is not None and isinstance(p, mod.DTensor))

@@ -383,3 +383,27 @@ def show_images(ims:list, nrows:int|None=None, ncols:int|None=None, titles:list|
     "Show all images `ims` as subplots with `titles`."
     axs = get_grid(len(ims), nrows, ncols, **kwargs)[1].flat
     for im, t, ax in zip_longest(ims, titles or [], axs): show_image(im, ax=ax, title=t)
+
+# %% ../nbs/05_datasets.ipynb #15e2f6f9
+import collections
+
+def short_names(names, width=22):
+    "Names for many small panels: each name's tail ('…' and its last `width`-1 characters), longer where two tails would be the same; a name repeated gets ' (2)', ' (3)'..."
+    ws = [width] * len(names)
+    def tail(n, w): return n if len(n) <= w else '…' + n[-(w - 1):]
+    while True:
+        ts = [tail(n, w) for n, w in zip(names, ws)]
+        seen = collections.Counter(ts)
+        grow = [i for i, t in enumerate(ts) if seen[t] > 1 and len(names[i]) > ws[i]]
+        if not grow: break
+        for i in grow: ws[i] += 1
+    k = collections.Counter()
+    def numbered(t):
+        k[t] += 1
+        return t if k[t] == 1 else f'{t} ({k[t]})'
+    return [numbered(t) for t in ts]
+
+def line_styles(n):
+    "Line colours and styles for `n` layers, distinct up to 80: tab20's twenty colours, then again dashed, dotted, dash-dotted."
+    cmap = plt.get_cmap('tab20')
+    return [dict(color=cmap(i % 20), linestyle=('-', '--', ':', '-.')[i // 20 % 4]) for i in range(n)]

@@ -7,6 +7,7 @@ Docs: https://miniai.github.io/miniai/findings.html.md"""
 # %% ../nbs/09e_findings.ipynb #0396ad56
 from __future__ import annotations
 import math, re, collections
+import torch
 from dataclasses import dataclass, replace
 
 # %% auto #0
@@ -315,3 +316,77 @@ def verdict(layers, thresholds=THRESHOLDS):
             for f in found[name]: f['downstream'] = up
     return found, notes
 
+
+# %% ../nbs/09e_findings.ipynb #85576ec5
+def _scale(stds, k):
+    "A layer's own scale, for a relative diagnosis: its largest std before the last `k` batches (all of them when none is before), and its first batch's std (NaN where unknown)."
+    ok = stds[~stds.isnan()]
+    if not len(ok): return math.nan, math.nan
+    before = stds[:-k][~stds[:-k].isnan()]
+    return (before if len(before) else ok).max().item(), ok[0].item()
+
+def _history(stds, k):
+    "A layer's history for the verdict: its largest std before the last `k` batches and that batch (NaN, None when none is before), its first std and its largest (NaN when unknown)."
+    ok = stds[~stds.isnan()]
+    if not len(ok): return math.nan, None, math.nan, math.nan
+    before = stds[:-k].nan_to_num(-1.)
+    if not len(before) or before.max() < 0: return math.nan, None, ok[0].item(), ok.max().item()
+    return before.max().item(), int(before.argmax()), ok[0].item(), ok.max().item()
+
+def _stream_evidence(layer, rec, row, k, avg, total):
+    "What the verdict reads of output stream `rec` of `layer` (`row`: its row of `diagnose` over its last `k` batches, `avg` their average): the row's numbers, its history (peak, first and largest std), its first batch with finite values, and its first NaN/Inf batch."
+    m, bad = rec.moments, rec.nonfinite
+    peak, peak_batch, first, top = _history(rec.stds, k)
+    i0 = int(has_any.nonzero()[0, 0]) if (has_any := m.count > 0).any() else None      # its first batch with finite values
+    at_first = None if i0 is None else dict(mean=rec.means[i0].item(), std=rec.stds[i0].item(), var=m.var[i0].item(),
+                                             zeros=(m.zeros[i0] / m.count[i0]).item() if rec.zeros else math.nan)
+    return dict(layer=layer, std=row['std'], mean=row['mean'], var=avg(rec.moments.var), zeros=row['zeros'], overflow=row['overflow'],
+                hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first, max_std=top, first=at_first,
+                first_bad=int(bad.nonzero()[0, 0]) if row['nonfinite'] else None)
+
+def stream_row(layer, rec, tail, th, relative=False, param=None):
+    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
+    k = max(1, int(round(len(rec) * tail)))
+    m = rec.moments
+    has = m.count[-k:] > 0                # batches with finite values
+    def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
+    bad = rec.nonfinite
+    row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
+    row['zeros'] = avg(torch.where(m.count > 0, m.zeros / m.count.clamp(min=1), math.nan)) if rec.zeros else math.nan
+    row['overflow'] = row['saturated']      # the fraction beyond the histogram's range (`saturated`: its name in the course's plots)
+    total = int((m.count + bad).sum())
+    if param is not None:
+        row['dead'] = row['saturated'] = row['overflow'] = math.nan       # a histogram's bins say nothing about a weight
+        found = judge(layer, nonfinite=row['nonfinite'], total=total, thresholds=th)
+        n, z = int(m.count[-k:].sum()), m.zeros[-k:].sum().item()
+        if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
+    elif relative is None:
+        found = []
+        row['evidence'] = _stream_evidence(layer, rec, row, k, avg, total)
+    else:
+        peak, first = _scale(rec.stds, k) if relative else (None, None)
+        found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total,
+                      thresholds=th, peak_std=peak, first_std=first)
+    if row['nonfinite']:      # where it starts: the first recorded batch with a NaN or Inf
+        batch = int(bad.nonzero()[0, 0])
+        for f in found:
+            if f['measure'] == 'nonfinite': f['batch'] = batch
+    return row, found
+
+def judge_rows(rows, kinds, grads, th):
+    "The verdict (`miniai.findings.verdict`) on the rows of the layers' first outputs, in the order of the model's first forward (`grads`: {layer: 'frozen' or 'none'}, the layers no gradient reached): each row's findings, its notes, and the layer it is downstream of (None). Returns the row of the model as a whole ('') when the verdict has one (it diverged), else None."
+    order = {n: i for i, n in enumerate(kinds)}
+    rows = sorted(rows, key=lambda r: order.get(r['layer'], len(order)))      # stable: the layers' order where the forward's is unknown
+    evidence = [dict(r.pop('evidence'), grads=grads.get(r['layer']), **dict(zip(('kind', 'bounds', 'params'), kinds.get(r['layer'], (None,) * 4))))
+                for r in rows]
+    found, notes = verdict(evidence, th)
+    for r in rows:
+        fs = found[r['layer']]
+        r['findings'], r['notes'] = fs, notes[r['layer']]
+        r['downstream'] = next((f['downstream'] for f in fs if f.get('downstream') is not None), None)
+        batch = next((e['first_bad'] for e in evidence if e['layer'] == r['layer']), None)
+        for f in fs:
+            if f['measure'] == 'nonfinite': f['batch'] = batch
+    if '' not in found: return None
+    return dict(layer='', mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
+                output=None, findings=found[''], notes=[], downstream=None)
