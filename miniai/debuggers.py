@@ -1,4 +1,4 @@
-"""Look at one batch in depth: feature maps, attention maps, activation statistics, raw layer outputs and GradCAM heatmaps, run together by a `SequentialDebugger` that pages its results to disk, and plugged into the `Learner` by `DebugCB`.
+"""Look at one batch in depth: feature maps, attention maps, activation statistics, raw layer outputs and GradCAM heatmaps.
 
 Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
@@ -6,14 +6,12 @@ Docs: https://miniai.github.io/miniai/debuggers.html.md"""
 
 # %% ../nbs/10c_debuggers.ipynb #5878dc26
 from __future__ import annotations
-import os, json, math, numbers, tempfile, threading
+import math, numbers, threading
 from contextlib import contextmanager
 from functools import partial
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np, torch
-import fastcore.all as fc
 from fastcore.basics import patch
 import torch.nn.functional as F
 
@@ -26,7 +24,7 @@ from .dumps import INDEX, index_text
 
 # %% auto #0
 __all__ = ['BaseDebugger', 'ForwardDebugger', 'FeatureMapDebugger', 'AttentionDebugger', 'ActivationStatsDebugger',
-           'LayerOutputDebugger', 'GradCAMDebugger', 'build_debugger', 'SequentialDebugger', 'DebugCB']
+           'LayerOutputDebugger', 'GradCAMDebugger']
 
 # %% ../nbs/10c_debuggers.ipynb #d6f30f55
 def find_module(model, layer, arg='layer'):
@@ -495,268 +493,13 @@ class GradCAMDebugger(BaseDebugger):
 
     def __repr__(self): return f'{type(self).__name__}({self.layer!r}, target_class={self.target_class!r})'
 
-# %% ../nbs/10c_debuggers.ipynb #b90ff5f0
-def _leaf_nbytes(o):
-    if isinstance(o, torch.Tensor): return o.numel() * o.element_size()
-    if isinstance(o, np.ndarray): return o.nbytes
-    return len(o) if isinstance(o, str) else 8
-
-def nbytes(o):
-    "Approximate memory held by `o` (nested results): tensor and array sizes, string lengths, 8 bytes per other value. No device read."
-    sizes = []
-    apply(lambda v: sizes.append(_leaf_nbytes(v)), o, leaf=(torch.Tensor, np.ndarray, str, numbers.Number, type(None)))
-    return sum(sizes)
-
-# %% ../nbs/10c_debuggers.ipynb #e8095dd3
-def encode_records(records):
-    "Split `records` into strict-JSON data (`json_safe`: non-finite floats as null with a `<key>_reason`) and the numpy arrays it refers to by `{'__array__': key}`."
-    arrays = {}
-    try: return json_safe(records, arrays), arrays
-    except TypeError as e:
-        raise TypeError(f"{e}: debugger results must be tensors, arrays, numbers, strings, None, and dicts, lists or tuples of them") from None
-
-def _old_floats(o):
-    "Pages written by earlier versions held `{'__float__': 'nan'}` where a value was not finite: read them as floats."
-    if isinstance(o, dict): return float(o['__float__']) if set(o) == {'__float__'} else {k: _old_floats(v) for k, v in o.items()}
-    return [_old_floats(v) for v in o] if isinstance(o, list) else o
-
-def decode_records(struct, arrays, tensors=True):
-    "Inverse of `encode_records` (`json_restore`): arrays come back as CPU tensors (numpy arrays if not `tensors`), non-finite floats as floats."
-    return json_restore(_old_floats(struct), arrays, tensors=tensors)
-
-# %% ../nbs/10c_debuggers.ipynb #15fc7a00
-PAGES_FORMAT = 'miniai.debuggers.pages'
-
-def write_page(path, stem, records):
-    "Write `records` as `{stem}.json` + `{stem}.npz` in folder `path`, atomically; returns the page's index entry."
-    struct, arrays = encode_records({'records': records})
-    atomic_write(Path(path)/f'{stem}.npz', lambda f: np.savez(f, **arrays))
-    atomic_write(Path(path)/f'{stem}.json', json_text(struct))
-    return {'json': f'{stem}.json', 'npz': f'{stem}.npz', 'n_records': len(records), 'nbytes': sum(a.nbytes for a in arrays.values())}
-
-def _page_file(path, name):
-    if not isinstance(name, str) or Path(name).name != name or name in ('.', '..'):
-        raise ValueError(f'{path/INDEX} names a page file {name!r} outside its folder')
-    return path/name
-
-def read_index(path):
-    "The index of the debugger pages in folder `path` (lesson 10b's one `index.json` schema, with its items under `pages`; version 1 had the same fields)."
-    path = Path(path)
-    if not (path/INDEX).exists(): raise FileNotFoundError(f'no debugger pages in {path}: {INDEX} is missing (pages are written by SequentialDebugger.flush)')
-    index = json.loads((path/INDEX).read_text())
-    if not isinstance(index, dict) or index.get('format', PAGES_FORMAT) != PAGES_FORMAT or not isinstance(index.get('pages'), list):
-        raise ValueError(f'{path/INDEX} is not an index of debugger pages (format {PAGES_FORMAT!r}, a list of pages)')
-    return index
-
-# %% ../nbs/10c_debuggers.ipynb #f5dceb88
-def iter_records(path, tensors=True):
-    "Yield the records of the pages in folder `path`, one page in memory at a time."
-    path = Path(path)
-    for page in read_index(path)['pages']:
-        npz_file, json_file = _page_file(path, page['npz']), _page_file(path, page['json'])
-        with np.load(npz_file, allow_pickle=False) as npz: arrays = {k: npz[k] for k in npz.files}
-        struct = json.loads(json_file.read_text())
-        yield from decode_records(struct, arrays, tensors=tensors)['records']
-
-# %% ../nbs/10c_debuggers.ipynb #0f7343ff
-def load_pages(path, tensors=True):
-    "All records written by a `SequentialDebugger` in folder `path` (arrays as CPU tensors, numpy if not `tensors`)."
-    return list(iter_records(path, tensors=tensors))
-
-# %% ../nbs/10c_debuggers.ipynb #83c0ddbe
-def debugger_registry() -> dict:
-    "Every `BaseDebugger` class defined so far, by short name (miniai's own) and by dotted path (`module.Class`): nothing is imported to build it."
-    res, todo = {}, [BaseDebugger]
-    while todo:
-        c = todo.pop()
-        todo.extend(c.__subclasses__())
-        res[f'{c.__module__}.{c.__qualname__}'] = c
-        if c.__module__ == __name__: res.setdefault(c.__qualname__, c); res.setdefault(f'miniai.debuggers.{c.__qualname__}', c)
-    return res
-
-# %% ../nbs/10c_debuggers.ipynb #d99a71a1
-def _resolve_class(cls, where):
-    "The debugger class `cls` names: looked up in `debugger_registry`, never imported (a config must not run a module's code)."
-    found = debugger_registry().get(cls) if isinstance(cls, str) else cls
-    if not (isinstance(found, type) and issubclass(found, BaseDebugger)):
-        known = sorted(n for n in debugger_registry() if '.' not in n)
-        unknown_name = ("; a name is looked up among the debuggers already defined, nothing is imported: import your module first, or pass the class itself"
-                        if isinstance(cls, str) else '')
-        raise ValueError(f"{where}: 'class' must be a BaseDebugger class or the name of one (e.g. {known}), got {cls!r}{unknown_name}")
-    return found
-
-def build_debugger(config, where='debugger_config'):
-    "Build `config['class'](**config['args'])`; the class may be given by name (`'FeatureMapDebugger'`) or dotted path."
-    if not isinstance(config, Mapping) or 'class' not in config:
-        raise ValueError(f"{where} must be a dict with 'class' and optional 'args', got {config!r}")
-    cls, args = _resolve_class(config['class'], where), dict(config.get('args') or {})
-    try: return cls(**args)
-    except TypeError as e: raise TypeError(f'{where}: {cls.__name__}(**{args}) failed: {e}') from e
-
-# %% ../nbs/10c_debuggers.ipynb #78483393
-class SequentialDebugger(BaseDebugger):
-    "Run the debuggers of `debuggers_config` on each datapoint, buffering results and writing them to `path` a page of `page_size_mb` at a time."
-    def __init__(self, page_size_mb=100, debuggers_config=(), path=None):
-        if not (isinstance(page_size_mb, numbers.Real) and not isinstance(page_size_mb, bool) and page_size_mb > 0):   # inf: one page, at the end
-            raise ValueError(f'SequentialDebugger: page_size_mb must be a positive number (inf: one page at the end), got {page_size_mb!r}')
-        self.page_size_mb, self.path, self.debuggers = page_size_mb, None if path is None else Path(path), {}
-        for i, entry in enumerate(debuggers_config):
-            where = f'debuggers_config[{i}]'
-            if not isinstance(entry, Mapping) or not isinstance(entry.get('name'), str) or 'debugger_config' not in entry:
-                raise ValueError(f"{where} must be a dict with a 'name' (str) and a 'debugger_config', got {entry!r}")
-            if entry['name'] in self.debuggers: raise ValueError(f"{where}: the name {entry['name']!r} is used twice")
-            self.debuggers[entry['name']] = build_debugger(entry['debugger_config'], f'{where}.debugger_config')
-        self.buffer, self.buffer_bytes, self.peak_buffer_bytes, self.pages, self.n_records, self._indexed = [], 0, 0, [], 0, None
-
-    @property
-    def forward_debuggers(self): return [d for d in self.debuggers.values() if isinstance(d, ForwardDebugger)]
-    def check(self, model):
-        for d in self.debuggers.values(): d.check(model)
-    def attach(self, model):
-        "Attach the forward debuggers to `model` (all or none); returns `self`, a context manager that removes them and flushes."
-        self.check(model)
-        for d in self.forward_debuggers: d.attach(model)
-        return self
-    def remove(self):
-        "Remove the forward hooks."
-        for d in self.forward_debuggers: d.remove()
-    @property
-    def attached(self): return any(d.attached for d in self.forward_debuggers)
-    def __enter__(self): return self
-    def __exit__(self, *args):
-        self.remove()
-        self.flush()
-
-    @contextmanager
-    def _paused(self):
-        fwd = self.forward_debuggers
-        for d in fwd: d.active = False
-        try: yield
-        finally:
-            for d in fwd: d.active = True
-
-    def to_host(self, results):
-        "`{name: results}` with each debugger's results as its `to_host` gives them."
-        plain = super().to_host
-        return {name: self.debuggers[name].to_host(r) if name in self.debuggers else plain(r) for name, r in results.items()}
-    @property
-    def peak_buffer_mb(self): return self.peak_buffer_bytes / 2**20
-    def __repr__(self): return f'{type(self).__name__}({self.page_size_mb}MB, {list(self.debuggers)})'
-
-# %% ../nbs/10c_debuggers.ipynb #691783c9
-@patch
-def add(self:SequentialDebugger, record):
-    "Buffer `record`, writing a page when the buffer reaches `page_size_mb`."
-    self.buffer.append(record)
-    self.n_records += 1
-    self.buffer_bytes += nbytes(record)
-    self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes)
-    if self.buffer_bytes >= self.page_size_mb * 2**20: self.flush()
-
-@patch
-def _write_error(self:SequentialDebugger, e):
-    "`e` (an OSError) again, with a message that names the folder and says what is kept."
-    detail = e.strerror or str(e)
-    if e.filename and os.fspath(e.filename) != os.fspath(self.path): detail += f' ({e.filename})'
-    kept = f' (nothing is lost: {len(self.buffer)} records are still buffered; flush() again writes them)' if self.buffer else ''
-    msg = f'{type(self).__name__} cannot write its pages to the folder {str(self.path)!r}: {detail}. Give path= a writable folder{kept}'
-    return type(e)(e.errno, msg) if e.errno is not None else type(e)(msg)
-
-@patch
-def check_path(self:SequentialDebugger):
-    "Raise now, with the folder's name, if the pages folder `path` cannot be created or written in (None: a new temporary folder at the first flush)."
-    if self.path is None: return
-    try: writable_folder(self.path)
-    except OSError as e: raise self._write_error(e) from e
-
-@patch
-def flush(self:SequentialDebugger):
-    "Write the buffered records as a page (if any), then the index if it changed; returns the folder. On failure the records stay buffered."
-    if self.path is None: self.path = Path(tempfile.mkdtemp(prefix='miniai_debug_'))
-    try:
-        self.path.mkdir(parents=True, exist_ok=True)
-        if self.buffer:
-            records = [{**r, 'results': self.to_host(r['results'])} for r in self.buffer]
-            self.pages.append(write_page(self.path, f'page_{len(self.pages):05d}', records))
-            self.buffer, self.buffer_bytes = [], 0
-        if self._indexed != (self.path, len(self.pages)):   # each page, and the index of each set of pages, is written once
-            atomic_write(self.path/INDEX, index_text(PAGES_FORMAT, self.pages, 'pages', page_size_mb=self.page_size_mb,
-                                                     debuggers={name: repr(d) for name, d in self.debuggers.items()}))
-            self._indexed = (self.path, len(self.pages))
-    except OSError as e: raise self._write_error(e) from e
-    return self.path
-
-# %% ../nbs/10c_debuggers.ipynb #6deb094a
-@patch
-def collect(self:SequentialDebugger, datapoint, model, **meta):
-    "Run all debuggers on `datapoint` and buffer their results as computed (device tensors) with `meta` (e.g. epoch, iter); returns the record."
-    fwd = self.forward_debuggers
-    if fwd and not self.attached:
-        self.check(model)   # all or none
-        with own_pass(*(d.watch(model) for d in fwd)): forward_pass(model, datapoint['inputs'])
-    results = {name: d.pop() for name, d in self.debuggers.items() if isinstance(d, ForwardDebugger)}
-    with self._paused():
-        for name, d in self.debuggers.items():
-            if not isinstance(d, ForwardDebugger): results[name] = d.collect(datapoint, model)
-    record = {**meta, 'results': {name: results[name] for name in self.debuggers}}
-    self.add(record)
-    return record
-
-@patch
-def __call__(self:SequentialDebugger, datapoint, model, **meta):
-    "Run all debuggers on `datapoint`, buffer the results with `meta` (e.g. epoch, iter) and return `{name: results}` on the host."
-    return self.to_host(self.collect(datapoint, model, **meta)['results'])
-
-# %% ../nbs/10c_debuggers.ipynb #771eaa51
-@other_names
-class DebugCB(Callback):
-    "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every_epoch`-th epoch (or of `epochs`) of a fit."
-    order = 1
-    def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
-        if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
-        if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
-        _check_int('DebugCB', 'every_epoch (checkpoint_method)', every_epoch)
-        _check_int('DebugCB', 'n_inp (the number of inputs in a batch)', n_inp)
-        for name, v in (('epochs', epochs), ('batches', batches)):
-            if v is not None and not (isinstance(v, (list, tuple, set, frozenset, range)) and all(_is_int(e) and e >= 0 for e in v)):
-                raise ValueError(f'DebugCB: {name} must be None (all) or a list of indices >= 0, got {v!r}')
-        fc.store_attr('debugger,every_epoch,epochs,batches,on_train,on_valid,n_inp')
-        self.active = self.checked = False
-
-    @classmethod
-    def from_config(cls, config, **kwargs):
-        "A `DebugCB` from a config dict: `{'checkpoint_method': N, 'debugger': {'class': SequentialDebugger, 'args': ...}}`, N being `every_epoch`."
-        return cls(config['debugger'], every_epoch=config.get('checkpoint_method', 1), **kwargs)
-
-    def chosen(self, learn):
-        "Whether the current batch of `learn` is debugged."
-        if not (self.on_train if learn.training else self.on_valid): return False
-        epoch_ok = learn.epoch in self.epochs if self.epochs is not None else (learn.epoch + 1) % self.every_epoch == 0
-        return epoch_ok and (self.batches is None or learn.iter in self.batches)
-
-    def before_fit(self, learn):
-        self.checked = False
-        self.debugger.check(learn.model)
-        self.debugger.check_path()
-        self.checked = True
-    def before_batch(self, learn):
-        self.active = self.chosen(learn)
-        if self.active: self.debugger.attach(learn.model)
-    def after_predict(self, learn):
-        if not self.active: return
-        k = self.n_inp
-        inputs = learn.batch[0] if k == 1 else tuple(learn.batch[:k])
-        targets = learn.batch[k] if len(learn.batch) == k+1 else tuple(learn.batch[k:])
-        self.debugger.collect({'inputs': inputs, 'outputs': learn.preds, 'targets': targets}, learn.model,
-                              epoch=learn.epoch, iter=learn.iter, train=learn.training)
-        self.debugger.remove()      # if collect raised, `cleanup_batch` removes the hooks
-    def cleanup_batch(self, learn):
-        if self.active: self.debugger.remove()
-        self.active = False
-    def cleanup_fit(self, learn):
-        "Remove the hooks first, then write what is left (unless `before_fit` found nothing to write to)."
-        try: self.debugger.remove()
-        finally:
-            try:
-                if self.checked or self.debugger.buffer: self.debugger.flush()
-            finally: self.learn = None      # keeping the callback does not keep the model alive
+# %% ../nbs/10c_debuggers.ipynb #c1a0b002
+_IN_SEQUENTIAL = ('nbytes', 'encode_records', 'decode_records', 'PAGES_FORMAT', 'write_page', 'read_index', 'iter_records', 'load_pages',
+                  'debugger_registry', 'build_debugger', 'SequentialDebugger', 'DebugCB',
+                  '_leaf_nbytes', '_old_floats', '_page_file', '_resolve_class')
+def __getattr__(name):
+    "The names `miniai.sequential` defines, read from this module: imported from there when first read (`miniai.sequential` imports this module, so this module does not import it when it loads)."
+    if name in _IN_SEQUENTIAL:
+        from miniai import sequential
+        return getattr(sequential, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

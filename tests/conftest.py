@@ -22,7 +22,7 @@ settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'default'))
 # The longest tests first, handed out one at a time (`--maxschedchunk 1` in the Makefile): each worker takes the next
 # test when it is free, so that the two workers finish together (xdist's default sends each worker a chunk of
 # consecutive tests, which would give the first worker all the slow ones).
-_SLOW_FIRST = ['11_initializing', '10f_trainers', '09h_activation_stats', '10_activations', '10h_zoo', '10g_practitioners', '11b_distributed', '10c_debuggers', 'test_diagnose_variant', 'test_distributed',
+_SLOW_FIRST = ['11_initializing', '10f_trainers', '09h_activation_stats', '10_activations', '10h_zoo', '10g_practitioners', '11b_distributed', '10c_debuggers', '10c1_sequential', 'test_diagnose_variant', 'test_distributed',
                'test_diverging_run', 'test_all_reduce_two_ranks', '11a_tensorboard', '10a_statistics', '90_cli', 'test_two_ranks_dump_and_compare',
                'test_two_ranks_under_torchrun', '13_resnet', '14_augment', 'test_a_failing_rank', 'test_two_processes_build_at_once',
                '12_accel_sgd', '10e_monitoring', '10d_compare', '10b_dumps', 'test_new_run_processes', 'test_course_lesson11',

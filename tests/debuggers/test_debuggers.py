@@ -4,7 +4,7 @@ import numpy as np, pytest, torch
 from torch import nn
 import miniai.debuggers as dbg
 from miniai.debuggers import *
-from miniai.debuggers import load_pages
+from miniai.debuggers import load_pages, build_debugger, SequentialDebugger, DebugCB   # miniai.sequential's, read from miniai.debuggers
 # helpers the tests reach into (not in `__all__`: a user does not call them)
 from miniai.debuggers import channel_dims, encode_records, find_module, finite_mean_std, nbytes, read_index
 from miniai.findings import judge

@@ -10,7 +10,7 @@ from miniai.learner import Learner, TrainCB
 from miniai.activations import ActivationStats, main_recorder
 from miniai.monitoring import StatisticsCB
 from miniai.debuggers import *
-from miniai.debuggers import load_pages
+from miniai.debuggers import load_pages, SequentialDebugger, DebugCB   # miniai.sequential's, read from miniai.debuggers
 
 def toy(dtype=torch.float32):
     torch.manual_seed(0)
