@@ -1,4 +1,4 @@
-"""The one timing helper of the bench scripts: a clock, a wrapper that sums the time spent inside a function, best-of and
+"""The one timing helper of the bench scripts: a clock, the one-read floor hooks the hooks are measured against, a wrapper that sums the time spent inside a function, best-of and
 interleaved shuffled rounds, quartiles of ratios, and the name of the machine's CPU (a figure means little without it)."""
 import os, platform, random, statistics, time
 
@@ -58,3 +58,14 @@ def quartiles(xs):
 def ratios(times, base):
     "Round by round ratios of `times` to `base` (same rounds)."
     return [t / b for t, b in zip(times, base)]
+
+
+def one_read(hook, mod, inp, outp):
+    "The floor a statistics hook is measured against: one read (a sum) of the output, kept on the device."
+    if not hasattr(hook, 'sums'): hook.sums = []
+    hook.sums.append(outp.detach().sum())
+
+def one_read_io(hook, mod, inp, outp):
+    "The floor of a hook that reads inputs and outputs (the collector's default): one read of each."
+    if not hasattr(hook, 'sums'): hook.sums = []
+    hook.sums.append((inp[0].detach().sum(), outp.detach().sum()))

@@ -32,7 +32,7 @@ if '--cpu-ops' in sys.argv: os.environ.setdefault('TRITON_INTERPRET', '1')   # b
 import argparse, contextlib, json, platform, random, statistics, time, warnings
 import torch, torch.nn.functional as F
 from torch import nn
-from _timing import clock, quartiles, ratios
+from _timing import clock, quartiles, ratios, one_read, one_read_io
 from miniai.learner import baseline_cnn, set_seed
 from miniai.hooks import Hooks
 from miniai.testing import count_syncs, count_ops
@@ -41,14 +41,6 @@ import miniai.statistics as S
 from bench_activations import course_stats   # the course's append_stats (to_cpu, mean, std, histc), as the other benches run it
 try: import miniai.triton_kernel as TK
 except Exception: TK = None
-
-def one_read(hook, mod, inp, outp):
-    if not hasattr(hook, 'sums'): hook.sums = []
-    hook.sums.append(outp.detach().sum())
-
-def one_read_io(hook, mod, inp, outp):
-    if not hasattr(hook, 'sums'): hook.sums = []
-    hook.sums.append((inp[0].detach().sum(), outp.detach().sum()))
 
 def convs(model): return [m for m in model.modules() if isinstance(m, nn.Conv2d)]
 

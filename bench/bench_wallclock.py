@@ -36,7 +36,7 @@ from pathlib import Path
 import time, torch, torch.nn.functional as F
 import _timing
 from torch import nn
-from _timing import cpu_name, interleaved, quartiles, ratios, once, clock
+from _timing import cpu_name, interleaved, quartiles, ratios, once, clock, one_read, one_read_io
 from miniai.datasets import fashion_dls
 from miniai.learner import Learner, TrainCB, baseline_cnn, set_seed
 from miniai.hooks import Hooks, HooksCallback
@@ -45,14 +45,6 @@ import miniai.statistics as S
 from miniai.kernel import Recorder, use_kernel
 from miniai.testing import count_ops
 from bench_activations import course_stats   # the course's append_stats, as the other benches run it
-
-def one_read(hook, mod, inp, outp):
-    if not hasattr(hook, 'sums'): hook.sums = []
-    hook.sums.append(outp.detach().sum())
-
-def one_read_io(hook, mod, inp, outp):
-    if not hasattr(hook, 'sums'): hook.sums = []
-    hook.sums.append((inp[0].detach().sum(), outp.detach().sum()))
 
 def recorders(model, Rec=None):
     "What ActivationStats' hook runs per output: one `Recorder(minmax=False)` per conv."
