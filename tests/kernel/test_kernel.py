@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from miniai.kernel import batch_moments, row_moments, Moments, FIELDS, Recorder, use_kernel, sample_table, sample_bins, TABLE_ROWS, SAMPLE_RUN
 from miniai.testing import count_syncs
 from miniai.sketch import SketchRecorder
+from _exact import exact_stats
 
 settings.register_profile('kernel', max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile('kernel')
@@ -29,16 +30,7 @@ def values(dtype, min_size=1, max_size=200):
 
 DTYPES = st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16])
 
-def ref(x, low=0.25, high=10.):
-    "Exact statistics of `x` (as the kernel sees it: half types upcast exactly) in rational arithmetic."
-    v = x.double().tolist()
-    f = [Fraction(a) for a in v if math.isfinite(a)]
-    r = dict(count=len(f), nan=sum(a != a for a in v), posinf=sum(a == math.inf for a in v), neginf=sum(a == -math.inf for a in v),
-             zeros=sum(a == 0 for a in v), low=sum(abs(a) < low for a in f), high=sum(abs(a) >= high for a in f))
-    if f:
-        mean = sum(f) / len(f)
-        r.update(mean=mean, m2=sum((a - mean)**2 for a in f), min=min(f), max=max(f), abs=sum(abs(a) for a in f))
-    return r
+def ref(x, low=0.25, high=10.): return exact_stats(x, low, high)   # the loops compare |x| with the bounds in float64
 
 def check(m, r):
     "Counts, min and max exact; the mean within float64 rounding of the sum; m2 within 1e-9 relative (plus what float64 subnormals lose)."

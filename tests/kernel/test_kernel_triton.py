@@ -17,6 +17,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from miniai.kernel import FIELDS, batch_moments, use_kernel, loops_for, moments_torch, sample_bins_torch, sample_bins
 from miniai.testing import count_syncs
 import miniai.triton_kernel as TK
+from _exact import exact_stats
 from miniai.triton_kernel import triton_pass, triton_moments, triton_moments_hist, triton_moments_sketch, triton_serves, count_launches
 
 pytestmark = [pytest.mark.skipif(TK.triton is None, reason="no Triton in this torch"),
@@ -33,18 +34,7 @@ SMALL = dict(block=256, programs=3)      # many tiles per program and several pr
 EXACT = [FIELDS.index(k) for k in FIELDS if k not in ('mean', 'm2')]
 
 
-def truth(x, low=0.25, high=10.):
-    "Exact statistics of `x` as the kernel sees it (half types upcast exactly; `low`, `high` rounded to the value type), in rational arithmetic."
-    v = x.double().flatten().tolist()
-    t = torch.float64 if x.dtype == torch.float64 else torch.float32
-    low, high = (torch.tensor(b, dtype=t).item() for b in (low, high))
-    f = [Fraction(a) for a in v if math.isfinite(a)]
-    r = dict(count=len(f), nan=sum(a != a for a in v), posinf=sum(a == math.inf for a in v), neginf=sum(a == -math.inf for a in v),
-             zeros=sum(a == 0 for a in v), low=sum(abs(a) < low for a in f), high=sum(abs(a) >= high for a in f))
-    if f:
-        mean = sum(f) / len(f)
-        r.update(mean=mean, m2=sum((a - mean)**2 for a in f), min=min(f), max=max(f), abs=sum(abs(a) for a in f))
-    return r
+def truth(x, low=0.25, high=10.): return exact_stats(x, low, high, bounds_as_values=True)   # Triton compares in the values' type
 
 def check(row, r):
     "Counts, min and max exact; the mean within 1e-12 relative (or float64 rounding of the sum, when the values cancel); m2 within 1e-12 relative."
