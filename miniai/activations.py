@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/activation_stats.html.md"""
 
 # %% ../nbs/09h_activation_stats.ipynb #62280939
 from __future__ import annotations
-import sys, math, numbers, collections, weakref
+import sys, math, numbers, collections, weakref, warnings
 from functools import partial
 import torch, matplotlib.pyplot as plt
 import fastcore.all as fc
@@ -22,7 +22,8 @@ from .hooks import HookFn, tensor_items, skip_reason, other_names
 from .findings import *
 from .findings import format_finding
 from .findings import finding, stream_row, judge_rows
-from .core import check_arg, rank_share, grad_is_local
+from .core import check_arg
+from .param_book import ParamBook
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -108,7 +109,7 @@ class _StatsHook(Hook):
     "A hook of `ActivationStats` (`owner`, held weakly): its `stats` (the course's triple) and `recorders` read the callback's training recorders of its layer."
     def __init__(self, m, f, name=None, owner=None, **kwargs):
         o = owner()     # with `param_grads`, the layer's own parameters' `.grad` after each backward (read, never written)
-        super().__init__(m, f, name=name, on_param_grad=o._param_grad if o is not None and o.param_grads else None, **kwargs)
+        super().__init__(m, f, name=name, on_param_grad=o._book.param_grad if o is not None and o.param_grads else None, **kwargs)
         self._owner = owner
         if o is not None:     # what the layer is: for the plots' titles, and for the verdict (read now, not in the forward)
             o.layer_types[self.name], o._hooked_kinds[self.name] = _layer_type(m), _kind(m)
@@ -126,6 +127,9 @@ class _StatsHook(Hook):
 _PHASES = ('train', 'valid')
 
 def _param_key(pname, grad=False): return ('grad.param.' if grad else 'param.') + pname
+def _param_of(name, key):
+    "The `ParamBook`'s key `(layer, parameter, kind)` of stream `key` of layer `name` ('param.weight', 'grad.param.weight')."
+    return (name, key[11:], 'param_grad') if key.startswith('grad.param.') else (name, key[6:], 'param')
 
 # %% ../nbs/09h_activation_stats.ipynb #0d051cd6
 _NOT_OUTPUTS = ('grad.', 'param.')   # the keys of gradient and parameter streams: every other key is an output
@@ -146,20 +150,28 @@ def _check_same_ranges(recs, group):
 @other_names
 class ActivationStats(HooksCallback):
     "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch, and on validation batches in series of their own with `on_valid`."
-    def __init__(self, layers=None, every=1, exact=False, grads=False, bins=40, hi=10., sample=16384,
-                 on_train=True, on_valid=False, *, weights=False, param_grads=False, per_channel=False):
-        "`hi='auto'`: each series' histogram top chosen from its first batch (the 99.9th percentile of |x| rounded up to 1, 2 or 5 x 10^k), and `diagnose` judges stds against the layer's own scale. `weights`, `param_grads`: record each hooked layer's own parameters, and their `.grad` after backward. `per_channel`: exact per-channel statistics of the outputs, channels on dim 1 (`True`) or on the dim given."
+    renamed = {'grads': 'output_grads'}   # an option's earlier name -> its name now (the earlier one still works, with a DeprecationWarning)
+    def __init__(self, layers=None, every=1, exact=False, grads=None, bins=40, hi=10., sample=16384,
+                 on_train=True, on_valid=False, *, output_grads=False, weights=False, param_grads=False, per_channel=False):
+        "`hi='auto'`: each series' histogram top chosen from its first batch (the 99.9th percentile of |x| rounded up to 1, 2 or 5 x 10^k), and `diagnose` judges stds against the layer's own scale. `output_grads` (earlier `grads`): record the gradients of the outputs. `weights`, `param_grads`: record each hooked layer's own parameters, and their `.grad` after backward (see `ParamBook`). `per_channel`: exact per-channel statistics of the outputs, channels on dim 1 (`True`) or on the dim given."
         _check_stats_args(bins, hi, per_channel, sample)
+        if grads is not None:
+            warnings.warn("ActivationStats: `grads` is now named `output_grads` (the gradients of the outputs; `param_grads`: of the parameters)", DeprecationWarning, stacklevel=3)
+            output_grads = output_grads or grads
         super().__init__(None, layers, on_train=on_train, on_valid=on_valid, every=every, hook_cls=partial(_StatsHook, owner=weakref.ref(self)))
-        self.exact, self.grads, self.bins, self.hi, self.sample = exact, grads, bins, hi, sample
+        self.exact, self.output_grads, self.bins, self.hi, self.sample = exact, output_grads, bins, hi, sample
         self.weights, self.param_grads = bool(weights), bool(param_grads)
+        self._book = ParamBook(self.weights, self.param_grads, on_value=self._param_value, on_grad=self._param_grad, on_skip=self._param_skip)
         self.per_channel = (1 if per_channel is True else None if per_channel is False else int(per_channel))
         self._auto = isinstance(hi, str)
         self.names, self.recorders, self.skipped, self.channels = [], {p: {} for p in _PHASES}, {}, {p: {} for p in _PHASES}
-        self._sharded, self._pgrad_late = {}, {}
         self.kinds = {}   # layer -> (its class name, its bounds when a bounded activation), in the order of the first forward
         self.layer_types = {}   # layer -> what it is ('Conv2d 1→8'), for the plots' titles; statistics loaded from a folder have none
         prepare_loops()     # the compiled CPU loops get ready now, not inside the first training step
+    @property
+    def grads(self): return self.output_grads    # the earlier name of `output_grads`, read
+    @property
+    def _grads_owed(self): return self._book.no_grad_calls   # layer -> forwards run without grad whose recomputation hooks the gradients
 
 # %% ../nbs/09h_activation_stats.ipynb #caeec204
 @fc.patch
@@ -173,12 +185,10 @@ def before_fit(self:ActivationStats, learn):
     self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
     self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
     self._seeds = {n: i for i, n in enumerate(self.names)}  # each layer's sample draws, the same in both phases
-    self._grads_owed = dict.fromkeys(self.names, 0)         # forwards run without grad whose recomputation hooks the gradients
     self.channels = {p: {n: {} for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
     self.kinds = {}
-    self._pgrad_owed = set()                                 # (layer, parameter) whose next `.grad` belongs to a recorded forward
-    self._sharded = {}      # (layer, parameter key) -> whether each rank records its shard (FSDP2: merged) or all of it (not merged)
-    self._pgrad_late = {}   # backward's graph task -> [(layer, parameter name, parameter)] whose `.grad` is read at its end (DDP)
+    self._book.reset()      # what is owed of the parameters' `.grad`, and how each parameter stream is recorded
+    self._book.no_grad_calls.update(dict.fromkeys(self.names, 0))   # forwards run without grad whose recomputation hooks the gradients
     for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
         if on:
             for name, recs in self.recorders[phase].items(): self._recorder(recs, name, '0')
@@ -206,54 +216,22 @@ def _record_fn(self:ActivationStats, rec):
 
 # %% ../nbs/09h_activation_stats.ipynb #5bd6e6ad
 @fc.patch
-def _param_grad(self:ActivationStats, name, pname, p):
-    "A hooked layer's parameter `p` after backward accumulated its `.grad`: recorded (read only) when a recorded training forward owes it; under DDP at the end of that backward."
-    if (name, pname) not in self._pgrad_owed: return
-    self._pgrad_owed.discard((name, pname))
-    if grad_is_local(p) and self._read_later(name, pname, p): return
-    self._record_pgrad(name, pname, p)
+def _param_value(self:ActivationStats, name, pname, t):
+    "What this rank holds of parameter `pname` of layer `name` (from the `ParamBook`), as the forward of this phase sees it."
+    recs = self.recorders['train' if self._training else 'valid'][name]
+    self._record_fn(self._recorder(recs, name, _param_key(pname)))(t)
 
 @fc.patch
-def _record_pgrad(self:ActivationStats, name, pname, p):
-    g = p.grad
-    if g is None or not (g.is_floating_point() and g.numel()) or g.is_sparse: return
+def _param_grad(self:ActivationStats, name, pname, t):
+    "What this rank holds of the `.grad` of parameter `pname` of layer `name` that a recorded training forward was owed (from the `ParamBook`)."
     recs = self.recorders['train'].get(name)
-    if recs is not None: self._record_held(recs, name, _param_key(pname, grad=True), g, f'{name}.{pname}.grad')
-
-# %% ../nbs/09h_activation_stats.ipynb #71c9629d
-@fc.patch
-def _read_later(self:ActivationStats, name, pname, p):
-    "Under DDP an accumulated `.grad` is this rank's own gradient; when its backward ends, DDP has replaced it by the average of all ranks' (what one process computes on all their data): record it then, queued behind DDP's own end-of-backward step. False outside a backward."
-    task = torch._C._current_graph_task_id()
-    if task == -1: return False
-    late = self._pgrad_late.get(task)
-    if late is None:
-        late = self._pgrad_late[task] = []
-        eng = torch.autograd.Variable._execution_engine
-        eng.queue_callback(lambda: eng.queue_callback(partial(self._record_late, task)))   # queued again from the end: after DDP's
-    late.append((name, pname, p))
-    return True
+    if recs is not None: self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(t)
 
 @fc.patch
-def _record_late(self:ActivationStats, task):
-    for name, pname, p in self._pgrad_late.pop(task, ()): self._record_pgrad(name, pname, p)
-
-@fc.patch
-def _record_held(self:ActivationStats, recs, name, key, t, what):
-    "Record what this rank holds of parameter (or gradient) `t` (see `miniai.core.rank_share`) in `recs[key]`."
-    t, sharded = rank_share(t, what)
-    if self._sharded.setdefault((name, key), sharded) != sharded:
-        raise ValueError(f"weights/param_grads: {what} was recorded {'whole' if sharded else 'sharded'} before and {'sharded' if sharded else 'whole'} now; "
-                         "keep one sharding for the whole recording")
-    self._record_fn(self._recorder(recs, name, key))(t)
-
-@fc.patch
-def _record_params(self:ActivationStats, mod, name, recs, training):
-    "The layer's own parameters (values as the forward sees them), and, in a training forward with grad, their next `.grad` owed."
-    for pn, p in mod.named_parameters(recurse=False):
-        if not (p.is_floating_point() and p.numel()): continue
-        if self.weights: self._record_held(recs, name, _param_key(pn), p, f'{name}.{pn}')
-        if self.param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
+def _param_skip(self:ActivationStats, name, pname, kind, reason):
+    "Why parameter `pname` of layer `name` (or its `.grad`) is not recorded, kept with the layer's other reasons."
+    skipped = self.skipped.get(name)
+    if skipped is not None: skipped[_param_key(pname, grad=kind == 'param_grad')] = reason
 
 # %% ../nbs/09h_activation_stats.ipynb #e350c2a6
 @fc.patch
@@ -265,7 +243,7 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
     if name not in self.kinds: self.kinds[name] = self._hooked_kinds.get(name) or _kind(mod)     # what `diagnose` judges it among, in the forward's order
     items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
     if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
-    grads = self.grads and torch.is_grad_enabled()
+    grads = self.output_grads and torch.is_grad_enabled()
     for key, t in items:
         if not (t.is_floating_point() and t.numel()): self.skipped[name][key] = skip_reason(t); continue
         rec = recs.get(key)
@@ -274,22 +252,17 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
         rec.record(t)
         if grads and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))   # nothing while paused
         if self.per_channel is not None: self._record_channels(name, phase, key, t)
-    if self.weights or self.param_grads: self._record_params(mod, name, recs, self._training)
-    if (self.grads or self.param_grads) and self._training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
-        self._grads_owed[name] += 1                                      # its recomputation in backward hooks the gradients
+    # the parameters (`weights`), their `.grad` owed (`param_grads`); a training forward without grad (`checkpoint(use_reentrant=True)`) owes
+    self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)   # them, and the outputs' gradients, to its recomputation
 
 # %% ../nbs/09h_activation_stats.ipynb #ac6bdcf8
 @fc.patch
 def recompute(self:ActivationStats, hook, mod, inp, outp):
     "A checkpoint's recomputation (during backward) of a training forward recorded without grad: hook only the gradients of `outp` (and owe the parameters' `.grad`, with `param_grads`), so that they are recorded once per backward."
     name = hook.name
-    if not self._grads_owed.get(name): return     # that forward hooked its gradients itself (`use_reentrant=False`)
-    if not torch.is_grad_enabled(): return         # a nested checkpoint's forward, again without grad: its own recomputation hooks them
-    self._grads_owed[name] -= 1
+    # owed only after a forward without grad (`use_reentrant=True`), and not to a nested checkpoint's forward, again without grad
+    if not self._book.recompute(name, mod) or not self.output_grads: return     # the parameters' `.grad` of this backward now owed
     recs = self.recorders['train'][name]
-    if self.param_grads:       # the parameters' `.grad` of this backward belongs to that recorded forward
-        self._pgrad_owed.update((name, pn) for pn, p in mod.named_parameters(recurse=False) if p.requires_grad)
-    if not self.grads: return
     for key, t in tensor_items(outp):
         if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))
 
@@ -328,7 +301,7 @@ def all_reduce(self:ActivationStats, group=None):
     "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Parameters and their gradients (`weights`, `param_grads`) merge when each rank recorded its shard (FSDP2); recorded whole, they are already the same on every rank (DDP) and stay. Returns how many were merged (0 when not distributed)."
     from miniai.kernel import sync_recorders
     recs = [recs[k] for phase in _PHASES for name, recs in self.recorders[phase].items() for k in sorted(recs)
-            if _is_output(k) or k.startswith('grad.') and not k.startswith('grad.param.') or self._sharded.get((name, k), False)]
+            if _is_output(k) or k.startswith('grad.') and not k.startswith('grad.param.') or self._book.sharded.get(_param_of(name, k), False)]
     if self._auto: _check_same_ranges(recs, group)
     return sync_recorders(recs, group)
 

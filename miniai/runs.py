@@ -37,6 +37,7 @@ def _stats_settings(astats):
     res = {}
     for name, p in inspect.signature(type(astats).__init__).parameters.items():
         if name == 'self' or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or not hasattr(astats, name): continue
+        if name in getattr(type(astats), 'renamed', {}): continue     # an option's earlier name: saved under its name now
         v = getattr(astats, name)
         if v is None and p.default is not None: continue    # an option kept as None when off (`per_channel`): its default
         if _plain_value(v): res[name] = list(v) if isinstance(v, tuple) else v
@@ -194,7 +195,8 @@ def load_stats(path):
         recs = [(e, _saved_recorder(i, e, arrays, folder)) for i, e in enumerate(meta['recorders'])]
         chans = [(c, _saved_channels(i, c, arrays, folder)) for i, c in enumerate(meta.get('channels', []))]
     known = inspect.signature(ActivationStats.__init__).parameters
-    try: astats = ActivationStats(**{k: v for k, v in meta['settings'].items() if k in known and k != 'self'})
+    settings = {ActivationStats.renamed.get(k, k): v for k, v in meta['settings'].items()}     # a folder saved under an option's earlier name
+    try: astats = ActivationStats(**{k: v for k, v in settings.items() if k in known and k != 'self' and k not in ActivationStats.renamed})
     except (TypeError, ValueError) as e: raise _load_error(folder, f'its settings are refused: {e}') from None
     names = meta['names']
     recorders = {p: {n: {} for n in names} for p in _STATS_PHASES}

@@ -18,6 +18,7 @@ from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
 from .streams import TensorStatistics, ModuleStatistics, Stream, ChannelStats, channel_dim, check_counts, percentile_key
 from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, recomputing, compiled_parts, recompile_with_hooks
 from .core import write_json, to_host, json_safe, recording_paused, check_arg, is_number, other_names
+from .param_book import ParamBook, NO_BACKWARD
 
 # %% auto #0
 __all__ = ['StatisticsConfig', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook']
@@ -92,7 +93,8 @@ class StatisticsCollector:
         cfg = self.config
         self._streams, self._modules, self.skipped, self.memory_log = {}, {}, {}, []
         self.call_count, self._warned = 0, False
-        self._grads_owed, self._pgrad_owed = {}, set()   # recorded no-grad training calls whose checkpoint recomputation owes the `.grad`; (module, parameter) whose next `.grad` is recorded
+        # the hooked modules' own parameters: which to read, which `.grad` is owed, why one is not recorded, what this rank holds
+        self._book = ParamBook(cfg.collect_weights, cfg.collect_param_grads, on_value=self._param_value, on_grad=self._grad_value, on_skip=self._param_skip)
         self._wants_sketch = bool(cfg.collect_percentiles) or cfg.collect_histogram
         self._use_sketch, self._level = self._wants_sketch, 0
         self._use_buffer = bool(cfg.max_samples) and bool(cfg.collect_percentiles)
@@ -122,7 +124,7 @@ class StatisticsCollector:
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 self._update(stream_key=(name, kind, key), t=t, sname=sname, dim=d)
-        if module is not None and (cfg.collect_weights or cfg.collect_param_grads): self._record_params(name, module, training)
+        if module is not None: self._book.forward(name, module, training)   # its parameters (`collect_weights`), their `.grad` owed (`collect_param_grads`)
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
@@ -140,36 +142,23 @@ class StatisticsCollector:
             self._skip(f'{sname}.channels', f'dropped: {ch.n} channels on dim {ch.dim}, then a tensor of shape {tuple(t.shape)}')
         stream.update(t)
 
-    def _record_params(self, name, module, training):
-        "The module's own parameters as its forward sees them (`collect_weights`); in a training call with grad, their next `.grad` owed (`collect_param_grads`)."
-        cfg = self.config
-        for pn, p in module.named_parameters(recurse=False):
-            sname = f'{name}.param[{pn}]'
-            reason = skip_reason(p) or ('complex dtype' if p.is_complex() else None)
-            if reason:
-                if cfg.collect_weights: self._skip(sname, reason)
-                continue
-            if cfg.collect_weights: self._update((name, 'param', pn), p, sname, 0 if cfg.per_channel is not False and p.ndim > 1 else None)   # per output channel, as torch.ao's weight observers
-            if cfg.collect_param_grads and training and p.requires_grad and torch.is_grad_enabled(): self._pgrad_owed.add((name, pn))
-            elif cfg.collect_param_grads and not p.requires_grad: self._skip(f'{name}.param_grad[{pn}]', 'frozen: requires_grad is False, so it gets no gradient')
-        if cfg.collect_param_grads and training and not torch.is_grad_enabled():   # `checkpoint(use_reentrant=True)` runs the forward so:
-            self._grads_owed[name] = self._grads_owed.get(name, 0) + 1              # its recomputation in backward owes the `.grad`
+    def _param_value(self, name, pn, t):
+        "What this rank holds of parameter `pn` of module `name`, as its forward sees it (from the `ParamBook`); per output channel (dim 0) with `per_channel`, as torch.ao's weight observers."
+        self._update((name, 'param', pn), t, f'{name}.param[{pn}]', 0 if self.config.per_channel is not False and t.ndim > 1 else None)
+
+    def _grad_value(self, name, pn, t):
+        "What this rank holds of the `.grad` of parameter `pn` of module `name` that a recorded training call was owed (from the `ParamBook`)."
+        self._update((name, 'param_grad', pn), t, f'{name}.param_grad[{pn}]')
+
+    def _param_skip(self, name, pn, kind, reason): self._skip(f'{name}.{kind}[{pn}]', reason)
 
     def _param_grad(self, name, pn, p):
-        "Parameter `pn` of module `name` after backward accumulated its `.grad`: recorded (read only) when a recorded training call owes it."
-        if (name, pn) not in self._pgrad_owed: return
-        self._pgrad_owed.discard((name, pn))
-        g, sname = p.grad, f'{name}.param_grad[{pn}]'
-        reason = 'no .grad' if g is None else 'sparse gradient' if g.is_sparse else skip_reason(g)
-        if reason: self._skip(sname, reason)
-        else: self._update((name, 'param_grad', pn), g, sname)
+        "Parameter `pn` of module `name` after backward accumulated its `.grad` (the hook `attach` puts on it): see `ParamBook.param_grad`."
+        self._book.param_grad(name, pn, p)
 
     def recompute(self, hook, module, input, output):
         "A checkpoint's recomputation (in backward) of a call of `hook`'s module: nothing is recorded again; a recorded training call run without grad (`use_reentrant=True`) is owed its parameters' `.grad` of this backward."
-        name = hook.name
-        if not self._grads_owed.get(name) or not torch.is_grad_enabled(): return   # not owed, or a nested checkpoint's forward
-        self._grads_owed[name] -= 1
-        self._pgrad_owed.update((name, pn) for pn, p in module.named_parameters(recurse=False) if p.requires_grad)
+        self._book.recompute(hook.name, module)
 
     def _module_meta(self, name): return self._modules.setdefault(name, dict(calls=0, train_calls=0, n_updates=0, total_samples=0, last_updated=None))
 
@@ -349,7 +338,7 @@ def _missing_params_reason(self:StatisticsCollector, name, kind):
     why = [r for k, r in self.skipped.items() if (k == f'{name}.{kind}' or k.startswith(f'{name}.{kind}[')) and not k.endswith('.channels')]
     if why: return '; '.join(dict.fromkeys(why))
     if kind == 'param': return 'no parameters of its own (named_parameters(recurse=False)), or no call passed the module'
-    return 'no backward after a recorded training call of the module, or no parameters of its own that require grad'
+    return self._book.missing_grad(name) or NO_BACKWARD
 
 @patch
 def export_statistics(self:StatisticsCollector, format="json", path=None):
@@ -394,7 +383,7 @@ class _CollectorHook(Hook):
         if pg: self._collector = collector
     def remove(self):
         coll = self.__dict__.pop('_collector', None)
-        if coll is not None: coll._pgrad_owed.difference_update([k for k in coll._pgrad_owed if k[0] == self.name])   # a forward whose backward never came: nothing left owed
+        if coll is not None: coll._book.forget(self.name)   # a forward whose backward never came: nothing left owed
         super().remove()
 
 class ActivationStatisticsHook(StatisticsCollector):
@@ -555,7 +544,11 @@ def all_reduce(self:StatisticsCollector, group=None):
     for r, sd in enumerate(states):                  # every rank sees the same states, so all raise together
         _check_same_config(self.config, StatisticsConfig(**sd['config']), f'all_reduce (rank {r})')
     device = next((s.device for s in self._streams.values()), 'cpu')
-    res = StatisticsCollector(self.config)
-    for sd in states: res.merge(StatisticsCollector(self.config).load_state_dict(sd, device))
+    whole = {(n, k, p) for (n, p, k), sh in self._book.sharded.items() if not sh}   # (module, kind, parameter) of the streams read whole
+    res, book = StatisticsCollector(self.config), self._book
+    for r, sd in enumerate(states):   # a parameter (or `.grad`) recorded whole is the same on every rank (DDP, FSDP2's unsharded ones): once
+        if r and whole: sd = dict(sd, streams=[s for s in sd['streams'] if (s['name'], s['kind'], s['key']) not in whole])
+        res.merge(StatisticsCollector(self.config).load_state_dict(sd, device))
     vars(self).update(vars(res))
+    self._book = book
     return self
