@@ -253,7 +253,8 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
         if grads and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))   # nothing while paused
         if self.per_channel is not None: self._record_channels(name, phase, key, t)
     # the parameters (`weights`), their `.grad` owed (`param_grads`); a training forward without grad (`checkpoint(use_reentrant=True)`) owes
-    self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)   # them, and the outputs' gradients, to its recomputation
+    if self.weights or self.param_grads or self.output_grads:                    # them, and the outputs' gradients, to its recomputation
+        self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)
 
 # %% ../nbs/09h_activation_stats.ipynb #ac6bdcf8
 @fc.patch

@@ -14,9 +14,9 @@ from .core import rank_share, grad_is_local
 from .hooks import skip_reason
 
 # %% auto #0
-__all__ = ['FROZEN', 'NO_GRAD', 'NO_BACKWARD', 'ParamBook']
+__all__ = []
 
-# %% ../nbs/09g1_param_book.ipynb #f1f87aa7
+# %% ../nbs/09g1_param_book.ipynb #c8bdeb6d
 FROZEN = 'frozen: requires_grad is False, so it gets no gradient'
 NO_GRAD = ("its recorded training calls ran without grad (under torch.no_grad, or inside code compiled by torch.compile, which runs "
            "hooks without grad), so no `.grad` belongs to them: record parameter gradients with the model run eagerly, with grad on")
@@ -36,7 +36,7 @@ class ParamBook:
         self.sharded = {}          # (module name, parameter name, kind) -> True: this rank records its shard (FSDP2), False: all of it
         self._late = {}            # backward's graph task -> [(module name, parameter name, parameter)] read at its end (DDP)
 
-# %% ../nbs/09g1_param_book.ipynb #af564af3
+# %% ../nbs/09g1_param_book.ipynb #2e816d5b
 def _params(module):
     "`(name, parameter)` of `module`'s own parameters."
     return module.named_parameters(recurse=False)
@@ -67,7 +67,7 @@ def recompute(self:ParamBook, name, module):
     if self.param_grads: self.owed.update((name, pn) for pn, p in _params(module) if p.requires_grad)
     return True
 
-# %% ../nbs/09g1_param_book.ipynb #619ed0c7
+# %% ../nbs/09g1_param_book.ipynb #b3126f0b
 @patch
 def param_grad(self:ParamBook, name, pname, p):
     "Parameter `p` (`pname` of module `name`) after backward accumulated its `.grad`: read (never written) when a recorded training call owes it; under DDP at the end of that backward."

@@ -41,7 +41,7 @@ class StatisticsConfig:
     histogram_bins: int = 100         # at most MAX_HISTOGRAM_BINS (2**20: 8 MB per histogram when read)
     collect_sparsity: bool = False    # fraction of the finite values exactly 0 (exact)
     # Performance settings
-    every: int = 1                    # record the 1st, (N+1)th... training-mode call of each module (the usual API's `update_frequency`); eval-mode calls all recorded
+    every: int = 1                    # record the 1st, (N+1)th... training batch: the attached model's training forwards under `attach` (each module's training calls when called directly); the usual API's `update_frequency`; eval-mode calls all recorded
     max_samples: int|None = 1000      # keep up to this many values per statistic for exact percentiles (8 bytes each)
     # Memory management
     max_memory_mb: float|None = None  # hard cap on the collector's own memory; degrades (documented) when reached
@@ -93,6 +93,7 @@ class StatisticsCollector:
         cfg = self.config
         self._streams, self._modules, self.skipped, self.memory_log = {}, {}, {}, []
         self.call_count, self._warned = 0, False
+        self._batches, self._batch_on = 0, None   # training forwards of the attached model; whether the one running now is recorded (None: none runs)
         # the hooked modules' own parameters: which to read, which `.grad` is owed, why one is not recorded, what this rank holds
         self._book = ParamBook(cfg.collect_weights, cfg.collect_param_grads, on_value=self._param_value, on_grad=self._grad_value, on_skip=self._param_skip)
         self._wants_sketch = bool(cfg.collect_percentiles) or cfg.collect_histogram
@@ -112,7 +113,8 @@ class StatisticsCollector:
         meta['calls'] += 1
         if training:
             meta['train_calls'] += 1
-            if (meta['train_calls'] - 1) % cfg.every: return
+            on = self._batch_on if self._batch_on is not None else (meta['train_calls'] - 1) % cfg.every == 0   # the batch's, else the module's count
+            if not on: return
         d = cfg.per_channel if cfg.per_channel is not True else 1
         d = None if d is False else d
         parts = ([('input', input)] if cfg.collect_input else []) + [('output', output)]
@@ -124,7 +126,8 @@ class StatisticsCollector:
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 self._update(stream_key=(name, kind, key), t=t, sname=sname, dim=d)
-        if module is not None: self._book.forward(name, module, training)   # its parameters (`collect_weights`), their `.grad` owed (`collect_param_grads`)
+        if module is not None and (cfg.collect_weights or cfg.collect_param_grads):   # its parameters, their `.grad` owed (see `ParamBook`)
+            self._book.forward(name, module, training)
         first = next((t for _, t in tensor_items(output)), None)
         meta['total_samples'] += (first.shape[0] if first is not None and first.ndim else 1)
         meta['n_updates'] += 1
@@ -402,6 +405,20 @@ class ActivationStatisticsHook(StatisticsCollector):
         if self.config.collect_param_grads and any(p.requires_grad for p in module.parameters(recurse=False)): self._skip(f'{name}.param_grad', _NO_PGRAD_HOOKS)
         self.update_statistics(name, input, output, module.training, module)
 
+    def _count_batches(self, model):
+        "Hook `model`'s forward so that each training forward is one batch of `every` (a checkpoint's recomputation is none); returns what removes the hooks."
+        def start(mod, args):
+            if recomputing(): return
+            if mod.training: self._batches += 1
+            self._batch_on = (self._batches - 1) % self.config.every == 0 if mod.training else None
+        def end(mod, args, out):
+            if not recomputing(): self._batch_on = None
+        handles = [model.register_forward_pre_hook(HookFn(start, model)), model.register_forward_hook(HookFn(end, model), always_call=True)]
+        def remove():
+            for h in handles: h.remove()
+            self._batch_on = None
+        return remove
+
     def hook(self, hook, module, input, output):
         "The hook function of `attach` (and of `StatisticsCB`): record `module`'s call under `hook.name` (a `Hook` of lesson 9b)."
         self.call_count += 1
@@ -424,6 +441,7 @@ class ActivationStatisticsHook(StatisticsCollector):
         hooks = Hooks([], None)
         hooks.extend(_CollectorHook(m, self.hook, name=n, collector=self, with_kwargs=with_kwargs) for n, m in picked)
         if compiled: hooks.on_remove.append(recompile_with_hooks(compiled))   # a compiled model's code calls the hooks, as under ActivationStats
+        if picked: hooks.on_remove.append(self._count_batches(model))   # `every` counts the model's training forwards, as a callback's its batches
         return hooks
 
 # %% ../nbs/10a_statistics.ipynb #3c0c42b5
@@ -475,7 +493,7 @@ _STATE_VERSION = 3
 def state_dict(self:StatisticsCollector):
     "Everything collected, as a JSON-serialisable dict (exact: moments by field name as hex floats, sketch counts as floats)."
     return dict(version=_STATE_VERSION, config=asdict(self.config), level=self._level, use_sketch=self._use_sketch,
-                use_buffer=self._use_buffer, call_count=self.call_count, memory_log=list(self.memory_log),
+                use_buffer=self._use_buffer, call_count=self.call_count, batches=self._batches, memory_log=list(self.memory_log),
                 skipped=dict(self.skipped), modules={k: dict(v) for k, v in self._modules.items()},
                 streams=[dict(name=name, kind=kind, key=key, **s.state()) for (name, kind, key), s in self._streams.items()])
 
@@ -490,6 +508,7 @@ def _load_state(self, sd, device, where):
     self.reset()
     self._level, self._use_sketch, self._use_buffer = sd[at('level')], sd['use_sketch'], sd['use_buffer']
     self.call_count = check_counts('call_count', [sd[at('call_count')]])[0]
+    self._batches = check_counts('batches', [sd.get(at('batches'), 0)])[0]     # a state saved before it: the modules' own counts go on
     self.memory_log, self.skipped = list(sd[at('memory_log')]), dict(sd['skipped'])
     self._modules = {k: {'train_calls': v['calls'], **v} for k, v in sd[at('modules')].items()}   # a state saved before `train_calls`: all calls
     for i, d in enumerate(sd['streams']):

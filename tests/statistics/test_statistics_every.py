@@ -1,6 +1,6 @@
 """One meaning of `every` (the 1st, (N+1)th... training batch) and of `check_every`, for the collector and StatisticsCB; StatisticsCB
 records through the collector's own hook, and merges itself across ranks with `all_reduce`."""
-import types, warnings
+import types, warnings, math
 import pytest, torch, torch.nn.functional as F
 from torch import nn
 from miniai.learner import Learner, TrainCB
@@ -63,3 +63,32 @@ def test_statistics_cb_records_through_the_collector_hook():
 
 def test_statistics_cb_all_reduce_needs_a_process_group():
     with pytest.raises(RuntimeError, match='process group'): StatisticsCB().all_reduce()
+
+def test_collector_every_counts_the_attached_models_training_forwards_as_activation_stats_does():
+    "A module the forward calls twice: with every=2 the collector under `attach` records both calls of batches 1, 3, 5, the very calls ActivationStats records with the same `every`, with the same numbers."
+    from miniai.activations import ActivationStats
+    class Twice(nn.Module):
+        def __init__(self): super().__init__(); torch.manual_seed(0); self.lin, self.out = nn.Linear(4, 4), nn.Linear(4, 2)
+        def forward(self, x): return self.out(self.lin(torch.relu(self.lin(x))))
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(5, 4, generator=g) for _ in range(6)]
+    model = Twice()
+    coll = ActivationStatisticsHook(StatisticsConfig(every=2, collect_input=False, collect_percentiles=[]))
+    astats = ActivationStats(layers=['lin', 'out'], every=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')                                  # the CalledTwiceWarning of `lin`
+        with coll.attach(model, layers=['lin', 'out']), astats.attach(model):
+            for x in xs: model(x)
+    lin, out = coll.get_statistics('lin'), coll.get_statistics('out')
+    assert (lin.calls, lin.n_updates, out.calls, out.n_updates) == (12, 6, 6, 3)
+    assert astats.calls == {'lin': 6, 'out': 3}                          # the same batches: 1, 3, 5, each call of them
+    for name, st in (('lin', lin), ('out', out)):
+        rec = astats.recorders['train'][name]['0']
+        assert st.output_stats.count == int(rec.moments.count.sum())
+        assert math.isclose(st.output_stats.mean, float((rec.moments.mean * rec.moments.count).sum() / rec.moments.count.sum()), rel_tol=1e-9)
+    with coll.attach(model, layers=['lin']):                             # the count goes on across blocks: batches 7, 8
+        model(xs[0]); model(xs[1])
+    assert coll.get_statistics('lin').n_updates == 8                     # batch 7 recorded (twice), not 8
+    back = ActivationStatisticsHook(StatisticsConfig(every=2, collect_input=False, collect_percentiles=[])).load_state_dict(coll.state_dict())
+    with back.attach(model, layers=['lin']): model(xs[2])               # batch 9 of the resumed collector
+    assert back.get_statistics('lin').n_updates == 10

@@ -126,7 +126,7 @@ def test_an_attached_model_copies_and_saves_and_its_copies_record_nothing():
     model, x = _net(), torch.randn(5, 6)
     hook = ActivationStatisticsHook()
     hooks = hook.attach(model)
-    assert len(_hooks(model)) == 2 and all(isinstance(f, HookFn) for f in _hooks(model))   # through HookFn, every one
+    assert len(_hooks(model)) == 3 and all(isinstance(f, HookFn) for f in _hooks(model))   # the two layers' and the model's (its batches), through HookFn, every one
     model(x)
     before = _read(hook)
     for twin in (copy.deepcopy(model), _saved(model)):

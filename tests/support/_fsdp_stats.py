@@ -30,7 +30,7 @@ def run(mode, out):
         fully_shard(m)
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     xs, ys = data()
-    astats = ActivationStats([nn.Linear], exact=True, weights=True, param_grads=True, grads=True, per_channel=True, on_valid=True)
+    astats = ActivationStats([nn.Linear], exact=True, weights=True, param_grads=True, output_grads=True, per_channel=True, on_valid=True)
     with astats.attach(m):    # after wrapping: the hooks are on the parameters the wrapper trains
         for i in range(STEPS):
             loss = F.cross_entropy(m(xs[i][r::ws]), ys[i][r::ws])    # rank r: every ws-th item of the batch
