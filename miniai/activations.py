@@ -23,7 +23,7 @@ from .findings import *
 from .findings import format_finding
 from .findings import finding, stream_row, judge_rows
 from .core import check_arg
-from .param_book import ParamBook
+from .param_book import ParamBook, NO_GRAD
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -225,7 +225,9 @@ def _param_value(self:ActivationStats, name, pname, t):
 def _param_grad(self:ActivationStats, name, pname, t):
     "What this rank holds of the `.grad` of parameter `pname` of layer `name` that a recorded training forward was owed (from the `ParamBook`)."
     recs = self.recorders['train'].get(name)
-    if recs is not None: self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(t)
+    if recs is None: return
+    self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(t)
+    self.skipped[name].pop('grad.param', None)
 
 @fc.patch
 def _param_skip(self:ActivationStats, name, pname, kind, reason):
@@ -254,7 +256,9 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
         if self.per_channel is not None: self._record_channels(name, phase, key, t)
     # the parameters (`weights`), their `.grad` owed (`param_grads`); a training forward without grad (`checkpoint(use_reentrant=True)`) owes
     if self.weights or self.param_grads or self.output_grads:                    # them, and the outputs' gradients, to its recomputation
-        self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)
+        owes = self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)
+        if owes and self.param_grads and not any(k.startswith('grad.param.') for k in self.recorders['train'][name]):
+            self.skipped[name]['grad.param'] = NO_GRAD     # until a `.grad` is recorded (a checkpoint's recomputation owes it)
 
 # %% ../nbs/09h_activation_stats.ipynb #ac6bdcf8
 @fc.patch
