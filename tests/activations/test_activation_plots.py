@@ -53,7 +53,7 @@ def test_keeping_activation_stats_does_not_keep_the_model_alive():
     dls = _dls(2)
     def train_and_forget():
         model = baseline_cnn()
-        a = ActivationStats(grads=True)
+        a = ActivationStats(output_grads=True)
         Learner(model, dls, F.cross_entropy, lr=0.1, cbs=[TrainCB(), SingleBatchCB(), a]).fit(1)
         return a, weakref.ref(model)
     kept, model_ref = train_and_forget(); gc.collect()

@@ -38,7 +38,7 @@ def test_reading_parameters_changes_nothing(loops):
     "The same steps with and without recording give bit-identical weights, gradients and outputs, on both kernel paths; no hook is left behind."
     from miniai.kernel import use_kernel
     m1, m2 = convnet(), convnet()
-    with use_kernel('loops' if loops else 'torch'): s1 = loop(m1, ActivationStats(weights=True, param_grads=True, per_channel=True, grads=True, hi='auto'))
+    with use_kernel('loops' if loops else 'torch'): s1 = loop(m1, ActivationStats(weights=True, param_grads=True, per_channel=True, output_grads=True, hi='auto'))
     s2 = loop(m2)
     for k in s1: assert all(torch.equal(x, y) for x, y in zip(s1[k], s2[k])), k
     assert all(torch.equal(p, q) for p, q in zip(m1.parameters(), m2.parameters()))

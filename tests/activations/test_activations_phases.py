@@ -84,14 +84,14 @@ def test_plain_settings_and_no_rec_kwargs():
 
 
 def test_all_reduce_outside_distributed_changes_nothing():
-    a = train_and_eval(ActivationStats(on_valid=True, grads=True), mlp())
+    a = train_and_eval(ActivationStats(on_valid=True, output_grads=True), mlp())
     before = {n: r.means.clone() for n, r in a.series().items()}
     assert a.all_reduce() == 0
     assert all(torch.equal(before[n], r.means) for n, r in a.series().items())
 
 
 def test_gradients_kept_by_phase_and_layer():
-    a = train_and_eval(ActivationStats(grads=True, on_valid=True), mlp())
+    a = train_and_eval(ActivationStats(output_grads=True, on_valid=True), mlp())
     recs = a.recorders
     assert [len(recs['train'][n]['grad.0']) for n in a.names] == [3, 3]
     assert all('grad.0' not in recs['valid'][n] for n in a.names)      # no backward in evaluation
@@ -111,7 +111,7 @@ def test_hook_is_the_one_override_point():
 
 def test_hook_state_is_not_on_the_hooks():
     "No configuration or counters travel as attributes set on the `Hook` objects."
-    a = train_and_eval(ActivationStats(grads=True), mlp())
+    a = train_and_eval(ActivationStats(output_grads=True), mlp())
     for h in a.hooks:
         assert set(vars(h)) <= {'hook', 'name', 'on_recompute', '_owner'}, vars(h)
 

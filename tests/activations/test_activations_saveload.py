@@ -47,7 +47,7 @@ def _record(astats, model, train_steps=5, valid_steps=2, seed=0):
 
 def _run(**kw):
     torch.manual_seed(0)
-    kw = dict(dict(layers=['conv.0', 'pair', 'count', 'head'], grads=True, on_valid=True, every=2), **kw)
+    kw = dict(dict(layers=['conv.0', 'pair', 'count', 'head'], output_grads=True, on_valid=True, every=2), **kw)
     return _record(ActivationStats(**kw), Net())
 
 def _bits(t): return t.view(torch.int64) if t.dtype == torch.float64 else t
@@ -108,7 +108,7 @@ def test_the_methods_save_load_and_compare(tmp_path):
     rows = run.compare(back)
     assert rows and all(r['first'] is None for r in rows)
     torch.manual_seed(0)
-    other = _record(ActivationStats(layers=['conv.0', 'pair', 'count', 'head'], grads=True, on_valid=True, every=2), Net(), seed=1)
+    other = _record(ActivationStats(layers=['conv.0', 'pair', 'count', 'head'], output_grads=True, on_valid=True, every=2), Net(), seed=1)
     differ = run.compare(other)
     assert [r['first'] for r in differ if r['layer'] == 'conv.0'][0] == 0   # other data: the first layer differs from batch 0
     assert str(differ) == format_comparison(differ) and 'conv.0' in str(differ)
@@ -122,7 +122,7 @@ def test_saving_again_replaces_and_layers_given_as_modules_are_names(tmp_path):
     assert load_stats(save_stats(picked, tmp_path/'m')).layers == picked.names == ['pair.lin', 'head']
 
 def test_round_trip_of_the_new_options(tmp_path):
-    run = _run(hi='auto', weights=True, param_grads=True, per_channel=True, grads=False)
+    run = _run(hi='auto', weights=True, param_grads=True, per_channel=True, output_grads=False)
     his = {n: r.hi for n, r in run.series().items()}
     assert len(set(his.values())) > 1            # each layer its own histogram top
     back = load_stats(save_stats(run, tmp_path/'r'))
@@ -309,3 +309,23 @@ def test_a_loaded_run_goes_to_tensorboard(tmp_path):
     assert [e.step for e in stds] == [0, 2, 4]                                     # every=2: training batches 0, 2, 4
     assert [e.value for e in stds] == [float(np.float32(v)) for v in run.series()['head'].stds.tolist()]
     assert len(ea.Scalars('activations_valid/head/std')) == 2
+
+
+def test_the_earlier_option_name_works_warns_and_a_folder_saved_under_it_loads(tmp_path):
+    "`grads=` is `output_grads=`'s earlier name: it records the same, with a DeprecationWarning naming the new one; a saved folder holds only the new name, and one whose settings hold the earlier name loads without a warning."
+    import json, warnings
+    from torch import nn
+    with pytest.warns(DeprecationWarning, match='`grads` is now named `output_grads`'): old = ActivationStats(grads=True)
+    assert old.output_grads and old.grads
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    with old.attach(m): m(torch.randn(2, 3)).sum().backward()
+    assert len(old.recorders['train']['0']['grad.0']) == 1
+    folder = old.save(tmp_path/'run')
+    meta = json.loads((folder/'meta.json').read_text())
+    assert meta['settings']['output_grads'] is True and 'grads' not in meta['settings']
+    meta['settings']['grads'] = meta['settings'].pop('output_grads')         # a folder written when the option had its earlier name
+    (folder/'meta.json').write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', DeprecationWarning)
+        back = ActivationStats.load(folder)
+    assert back.output_grads and torch.equal(back.recorders['train']['0']['grad.0'].means, old.recorders['train']['0']['grad.0'].means)
