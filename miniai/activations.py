@@ -23,7 +23,7 @@ from .findings import *
 from .findings import format_finding
 from .findings import finding, stream_row, judge_rows
 from .core import check_arg
-from .param_book import ParamBook, NO_GRAD
+from .param_book import ParamBook, NO_GRAD, stream_name_of_key
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -300,6 +300,12 @@ def params(self:ActivationStats, phase='train', grads=False):
     pre = 'grad.param.' if grads else 'param.'
     return {f'{name}.{k[len(pre):]}': rec for name, recs in self.recorders[phase].items()
             for k, rec in recs.items() if k.startswith(pre) and rec.n_batches}
+
+@fc.patch
+def streams(self:ActivationStats, phase='train'):
+    "{stream name: `Recorder`} of everything recorded in `phase`, named by the grammar every recorder shares (lesson 09g1): 'conv.output', 'lstm.output[1]', 'conv.output_grad', 'conv.param[weight]', 'conv.param_grad[weight]'."
+    if phase not in _PHASES: raise ValueError(f"streams: `phase` is 'train' or 'valid', got {phase!r}")
+    return {stream_name_of_key(name, k): rec for name, recs in self.recorders[phase].items() for k, rec in recs.items() if rec.n_batches}
 
 @fc.patch
 def all_reduce(self:ActivationStats, group=None):

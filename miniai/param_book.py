@@ -120,3 +120,22 @@ def missing_grad(self:ParamBook, name):
     "Why module `name` has no parameter gradient recorded (None when nothing says)."
     if self.no_grad_calls.get(name): return NO_GRAD
     return None
+
+# %% ../nbs/09g1_param_book.ipynb #3356546d
+KINDS = ('input', 'output', 'output_grad', 'param', 'param_grad')
+
+def stream_name(layer, kind, key=None):
+    "The name of stream `kind` (one of `KINDS`) of `layer`: `layer.kind`, with `[key]` for a further tensor or a parameter's name."
+    if kind not in KINDS: raise ValueError(f"stream_name: `kind` is one of {KINDS}, got {kind!r}")
+    return f'{layer}.{kind}' + ('' if key is None else f'[{key}]')
+
+def kind_of_key(key):
+    "`(kind, key)` of an `ActivationStats` recorder key: '0' -> ('output', None), '1' -> ('output', '1'), 'grad.0' -> ('output_grad', None), 'param.weight' -> ('param', 'weight'), 'grad.param.weight' -> ('param_grad', 'weight')."
+    if key.startswith('grad.param.'): return 'param_grad', key[11:]
+    if key.startswith('param.'): return 'param', key[6:]
+    kind, key = ('output_grad', key[5:]) if key.startswith('grad.') else ('output', key)
+    return kind, None if key == '0' else key
+
+def stream_name_of_key(layer, key):
+    "The stream name of `ActivationStats` recorder `key` of `layer` ('0' -> 'layer.output', 'grad.param.weight' -> 'layer.param_grad[weight]')."
+    return stream_name(layer, *kind_of_key(key))

@@ -18,7 +18,7 @@ from .sketch import QuantileSketch, sketch_alpha, MAX_SKETCH_LEVEL
 from .streams import TensorStatistics, ModuleStatistics, Stream, ChannelStats, channel_dim, check_counts, percentile_key
 from .hooks import Hooks, Hook, HookFn, tensor_items, skip_reason, select_modules, recomputing, compiled_parts, recompile_with_hooks
 from .core import write_json, to_host, json_safe, recording_paused, check_arg, is_number, other_names
-from .param_book import ParamBook, NO_BACKWARD
+from .param_book import ParamBook, NO_BACKWARD, stream_name
 
 # %% auto #0
 __all__ = ['StatisticsConfig', 'StatisticsCollector', 'qparams', 'ActivationStatisticsHook']
@@ -120,9 +120,9 @@ class StatisticsCollector:
         parts = ([('input', input)] if cfg.collect_input else []) + [('output', output)]
         for kind, obj in parts:
             items = tensor_items(obj)
-            if not items: self._skip(f'{name}.{kind}', f'{kind} holds no tensor ({type(obj).__name__})')
+            if not items: self._skip(stream_name(name, kind), f'{kind} holds no tensor ({type(obj).__name__})')
             for key, t in items:
-                sname = f'{name}.{kind}' + ('' if key == '0' else f'[{key}]')
+                sname = stream_name(name, kind, None if key == '0' else key)     # 'conv.output', 'lstm.output[1]' (see lesson 09g1)
                 reason = skip_reason(t) or ('complex dtype' if t.is_complex() else None)
                 if reason: self._skip(sname, reason); continue
                 self._update(stream_key=(name, kind, key), t=t, sname=sname, dim=d)
@@ -147,13 +147,13 @@ class StatisticsCollector:
 
     def _param_value(self, name, pn, t):
         "What this rank holds of parameter `pn` of module `name`, as its forward sees it (from the `ParamBook`); per output channel (dim 0) with `per_channel`, as torch.ao's weight observers."
-        self._update((name, 'param', pn), t, f'{name}.param[{pn}]', 0 if self.config.per_channel is not False and t.ndim > 1 else None)
+        self._update((name, 'param', pn), t, stream_name(name, 'param', pn), 0 if self.config.per_channel is not False and t.ndim > 1 else None)
 
     def _grad_value(self, name, pn, t):
         "What this rank holds of the `.grad` of parameter `pn` of module `name` that a recorded training call was owed (from the `ParamBook`)."
-        self._update((name, 'param_grad', pn), t, f'{name}.param_grad[{pn}]')
+        self._update((name, 'param_grad', pn), t, stream_name(name, 'param_grad', pn))
 
-    def _param_skip(self, name, pn, kind, reason): self._skip(f'{name}.{kind}[{pn}]', reason)
+    def _param_skip(self, name, pn, kind, reason): self._skip(stream_name(name, kind, pn), reason)
 
     def _param_grad(self, name, pn, p):
         "Parameter `pn` of module `name` after backward accumulated its `.grad` (the hook `attach` puts on it): see `ParamBook.param_grad`."

@@ -148,3 +148,19 @@ def test_param_grads_under_checkpointing(reentrant):
     g = a.params(grads=True)
     assert len(g['a.weight']) == len(g['b.weight']) == 3
     assert all(close(g['a.weight'].stds[i].item(), grads[i].double().std().item()) for i in range(3))
+
+
+def test_streams_are_named_by_the_grammar_every_recorder_shares():
+    "`streams()` names each recorder as the collector names its streams: 'layer.kind', '[key]' for a further output or a parameter."
+    from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    a = ActivationStats(layers=['0'], output_grads=True, weights=True, param_grads=True)
+    c = ActivationStatisticsHook(StatisticsConfig(collect_weights=True, collect_param_grads=True, collect_input=False))
+    with a.attach(m), c.attach(m, layers=['0']): m(torch.randn(2, 3)).sum().backward()
+    assert sorted(a.streams()) == ['0.output', '0.output_grad', '0.param[bias]', '0.param[weight]', '0.param_grad[bias]', '0.param_grad[weight]']
+    assert a.streams()['0.param_grad[weight]'] is a.recorders['train']['0']['grad.param.weight']
+    from miniai.param_book import stream_name
+    st = c.get_statistics('0')
+    names = {stream_name('0', 'output')} | {stream_name('0', kind, pn) for kind in ('param', 'param_grad') for pn in getattr(st, kind + 's')}
+    assert names == set(a.streams()) - {'0.output_grad'}               # the collector records no output gradients
