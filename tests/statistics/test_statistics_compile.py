@@ -50,3 +50,12 @@ def test_param_grads_under_compile_recorded_or_said_why():
                 assert a['count'] == b['count'] and math.isclose(a['mean'], b['mean'], rel_tol=1e-5, abs_tol=1e-7)
     else:                       # else the reason says so, not "no backward"
         assert all(c[n]['param_grads_reason'] == NO_GRAD for n in ('0', '2'))
+
+def test_every_counts_the_compiled_models_batches():
+    "`every=2` under compile-after-attach: batches 1 and 3 of the four calls, as eagerly (the model's phase hook runs inside the compiled code too)."
+    dynamo.reset()
+    eager, comp = collect(False, every=2), collect(True, every=2)
+    for c in (eager, comp):
+        st = c.get_statistics('0')
+        assert (st.calls, st.n_updates, st.output_stats.count) == (4, 2, 2 * 16 * 8)
+    assert math.isclose(eager.get_statistics('2').output_stats.mean, comp.get_statistics('2').output_stats.mean, rel_tol=1e-5, abs_tol=1e-7)
