@@ -142,9 +142,10 @@ class Recorder:
         row = self._rng.randrange(TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
         hi = self.hi
         lo, loops = hi / self.bins, None if tk is not None else loops_for(f)
-        if tk is None and loops is None and f.is_cpu: tk = triton_for(f)        # CPU tensors under use_kernel('triton') and Triton's interpreter
-        if tk is not None:          # one read: the moments and every value binned
-            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins)
+        if tk is None and loops is None and f.is_cpu and (tk := triton_for(f)) is not None: f = x.detach()   # CPU tensors under use_kernel('triton') and Triton's interpreter: read as a GPU reads them
+        fed = None if tk is None or type(self)._triton_sketch is Recorder._triton_sketch else self._triton_sketch(f)
+        if tk is not None:          # one read: the moments, every value binned, and a subclass's sketch fed every value
+            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins, sketch=fed)
         elif loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, SAMPLE_RUN)
             m, raw = cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, SAMPLE_RUN,
@@ -156,7 +157,7 @@ class Recorder:
         self._rows.append(m)
         if raw is not None: self._raw.append(raw)
         if type(self).after_record is not Recorder.after_record:      # a subclass's: no call otherwise
-            self.after_record(f if f.dim() == 1 else flat_float(f), row, m)
+            self.after_record(f if f.dim() == 1 or fed is not None else flat_float(f), row, m)
         self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()
@@ -175,8 +176,11 @@ class Recorder:
     def _fused_sample(self, f, row):
         "What a subclass adds to the compiled pass over CPU tensor `f` (see `cpu_pass`'s `sketch`): None here."
 
+    def _triton_sketch(self, f):
+        "What a subclass adds to the Triton pass over tensor `f` (see `triton_pass`'s `sketch`: counts on `f`'s device, every finite value added, weight 1): None here."
+
     def after_record(self, f, row, m):
-        "Override to record more per batch: `f` the flat float tensor recorded, `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
+        "Override to record more per batch: `f` the flat float tensor recorded (the tensor as recorded when `_triton_sketch` fed it: no copy), `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
 
     def sample_index(self, n, row, run=1, device=None):
         "The int64 start positions (`sample // run` of them, in order) of the stratified sample of runs of `run` values among `n` values for table row `row` (`0 <= row < 32`), on `device` (default: that of the tensor last recorded). The recorder keeps the tables it uses (at most 4)."
