@@ -9,6 +9,7 @@ from __future__ import annotations
 import math, re, collections, warnings
 import torch
 from dataclasses import dataclass, replace
+from .core import check_arg
 
 # %% auto #0
 __all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'verdict']
@@ -35,16 +36,11 @@ class Thresholds:
     overflow: float|None = 0.05          # a note: the fraction of |x| beyond the histogram's range (`hi`)
 
     def __post_init__(self):
-        for name in ('sat_low', 'sat_high'):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"Thresholds: `{name}` must be a finite number (a saturation limit), got {v!r}")
+        for name in ('sat_low', 'sat_high'): check_arg(getattr(self, name), name, 'Thresholds', kind='real', note='a saturation limit')
         if self.sat_low >= self.sat_high:
             raise ValueError(f"Thresholds: `sat_low` ({self.sat_low!r}) must be below `sat_high` ({self.sat_high!r})")
         for name, v in vars(self).items():
-            if v is None or name in ('sat_low', 'sat_high'): continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"Thresholds: `{name}` must be a finite number >= 0 (None: no check), got {v!r}")
+            if name not in ('sat_low', 'sat_high'): check_arg(v, name, 'Thresholds', kind='real', lo=0, none='no check')
         for name in ('vanishing_std', 'exploding_std'):
             v = getattr(self, name)
             if v == 0: raise ValueError(f"Thresholds: `{name}` is a std, above 0 (None: no check), got {v!r}")
