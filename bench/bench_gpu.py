@@ -26,9 +26,23 @@ call runs them.
 Usage (repo root): .venv/bin/python bench/bench_gpu.py [--rounds 12] [--quick] [--json FILE]
                    .venv/bin/python bench/bench_gpu.py --cpu-ops
                    .venv/bin/python bench/bench_gpu.py --smoke
+
+Without miniai installed, the checkout this script sits in is imported. On a machine whose Python has torch, Triton and
+torchvision but not miniai's own dependencies (a lent GPU machine's image): fastcore must be there (a pure-Python wheel, carried
+and installed with `pip install --no-deps --target`); fastprogress is not needed, a stand-in takes its place when it is missing
+(this script draws no progress bar, and fastprogress imports a web framework). One command there, from the repo root:
+    PYTHONPATH=/tmp/site python3 bench/bench_gpu.py --json $OUT/bench_gpu.json
 """
-import os, sys
+import os, sys, types
+from pathlib import Path
 if '--cpu-ops' in sys.argv: os.environ.setdefault('TRITON_INTERPRET', '1')   # before anything imports Triton
+sys.path.append(str(Path(__file__).resolve().parent.parent))    # this checkout's miniai, unless one found earlier on sys.path comes first
+try: import fastprogress
+except ImportError:          # a stand-in: miniai.learner imports its bars at import time, and nothing here draws one
+    fastprogress = sys.modules['fastprogress'] = types.ModuleType('fastprogress')
+    def _bar(it=(), *args, **kwargs): return it
+    fastprogress.progress_bar = fastprogress.master_bar = _bar
+    print("(fastprogress not found: a stand-in without bars)")
 import argparse, contextlib, json, platform, random, statistics, time, warnings
 import torch, torch.nn.functional as F
 from torch import nn

@@ -147,10 +147,7 @@ def capture_preds(self:Learner, cbs=None, inps=False):
     return res
 
 # %% ../nbs/14_augment.ipynb #692abdf8
-def _check_aug(owner, pct, max_num):
-    "Refuse a `pct` outside [0, 1] and a `max_num` that is not a whole number >= 0, naming `owner`."
-    check_arg(pct, 'pct', owner, kind='real', lo=0, hi=1, note="the square's side, as a fraction of the image's")
-    check_arg(max_num, 'max_num', owner, lo=0, note='the most squares per batch')
+_PCT, _MAX_NUM = "the square's side, as a fraction of the image's", 'the most squares per batch'    # what `check_arg` says they are
 
 def _check_images(owner, x):
     if not isinstance(x, torch.Tensor): raise TypeError(f"{owner}: `x` must be a tensor of images (..., height, width), got {type(x).__name__}")
@@ -173,7 +170,8 @@ def _rand_erase1(x, pct, xm, xs, mn, mx):
 
 def rand_erase(x, pct=0.2, max_num=4):
     "Erase 0 to `max_num` random squares of side `pct` of batch `x` with noise like `x`'s, in place; returns `x`."
-    _check_aug('rand_erase', pct, max_num); _check_images('rand_erase', x)
+    check_arg(pct, 'pct', 'rand_erase', kind='real', lo=0, hi=1, note=_PCT); check_arg(max_num, 'max_num', 'rand_erase', lo=0, note=_MAX_NUM)
+    _check_images('rand_erase', x)
     if x.dtype == torch.bool or x.is_complex(): raise TypeError(f"rand_erase: `x` has dtype {x.dtype}: give real images (a float or integer dtype)")
     if x.numel() == 0: return x
     xf = x if x.is_floating_point() else x.float()
@@ -186,7 +184,7 @@ class RandErase(nn.Module):
     "`rand_erase` as a module."
     def __init__(self, pct=0.2, max_num=4):
         super().__init__()
-        _check_aug('RandErase', pct, max_num)
+        check_arg(pct, 'pct', 'RandErase', kind='real', lo=0, hi=1, note=_PCT); check_arg(max_num, 'max_num', 'RandErase', lo=0, note=_MAX_NUM)
         self.pct, self.max_num = pct, max_num
     def forward(self, x): return rand_erase(x, self.pct, self.max_num)
 
@@ -199,7 +197,8 @@ def _rand_copy1(x, pct):
 
 def rand_copy(x, pct=0.2, max_num=4):
     "Copy 0 to `max_num` random squares of side `pct` of batch `x` onto others, in place; returns `x`."
-    _check_aug('rand_copy', pct, max_num); _check_images('rand_copy', x)
+    check_arg(pct, 'pct', 'rand_copy', kind='real', lo=0, hi=1, note=_PCT); check_arg(max_num, 'max_num', 'rand_copy', lo=0, note=_MAX_NUM)
+    _check_images('rand_copy', x)
     for _ in range(random.randint(0, max_num)): _rand_copy1(x, pct)
     return x
 
@@ -207,6 +206,6 @@ class RandCopy(nn.Module):
     "`rand_copy` as a module."
     def __init__(self, pct=0.2, max_num=4):
         super().__init__()
-        _check_aug('RandCopy', pct, max_num)
+        check_arg(pct, 'pct', 'RandCopy', kind='real', lo=0, hi=1, note=_PCT); check_arg(max_num, 'max_num', 'RandCopy', lo=0, note=_MAX_NUM)
         self.pct, self.max_num = pct, max_num
     def forward(self, x): return rand_copy(x, self.pct, self.max_num)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from .datasets import *
 from .learner import *
 from .activations import *
-from .core import atomic_write, check_arg, rank, world_size, writable_folder, write_json
+from .core import atomic_write, check_arg, rank, remove_empty, world_size, writable_folder, write_json
 from .distributed import DistributedCB
 from .tensorboard import TensorBoardCB
 from .init import variant_names, make_variant, variant_defaults
@@ -65,12 +65,6 @@ def whole_number(lo, hi=None):
 epochs_count, batch_size, seed_value = whole_number(1), whole_number(1), whole_number(0, 2**32-1)   # numpy's seeds are 32-bit
 
 # %% ../nbs/90_cli.ipynb #c90a0005
-def _remove_empty(folders):
-    "Remove each of `folders` (innermost first) that is empty; leave the others."
-    for p in folders:
-        try: p.rmdir()
-        except OSError: pass
-
 def writable_dir(out, keep=True):
     "Folder `out` as a `Path` where a file was just created and removed (`writable_folder`); raises `BadArgument` saying why not. The folders it made are kept, or removed again with `keep=False`."
     if str(out).strip() == '': raise BadArgument('must name a folder, got an empty string')
@@ -101,7 +95,7 @@ def _write_out(out, write):
         out.mkdir(parents=True, exist_ok=True)
         write()
     except BaseException:
-        _remove_empty(made)
+        remove_empty(made)
         raise
 
 class _MaxBatches(Callback):

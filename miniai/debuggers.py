@@ -177,19 +177,6 @@ def as_lists(d, *keys):
     return d
 
 # %% ../nbs/10c_debuggers.ipynb #f5844422
-def _is_int(v): return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-_INT_RULES = {0: 'an int >= 0', 1: 'a positive int'}
-
-def _check_int(owner, name, v, low=1, none=None):
-    "`v` if it is an int >= `low` (or None when `none` says what None means); else a ValueError naming `owner` and `name` (`check_arg`'s)."
-    return check_arg(v, name, owner, lo=low, none=none, fmt='{prefix}{name} must be ' + _INT_RULES[low] + '{paren}, got {value!r}')
-
-def _check_real(owner, name, v, positive=False):
-    "`v` if it is a finite number (> 0 when `positive`); else a ValueError naming `owner` and `name` (`check_arg`'s)."
-    return check_arg(v, name, owner, kind='real', lo=0 if positive else None, lo_open=True,
-                     fmt='{prefix}{name} must be a finite ' + ('positive ' if positive else '') + 'number, got {value!r}')
-
 def _earlier_name(owner, kwargs, old, new, value, default=None):
     "`(name, value)` of argument `new`, or of `old`, its earlier name, when `kwargs` (the only other keywords allowed) gives it."
     if set(kwargs) - {old}: raise TypeError(f"{owner}() got an unexpected keyword argument {next(iter(set(kwargs) - {old}))!r}")
@@ -203,7 +190,7 @@ class FeatureMapDebugger(ForwardDebugger):
     def __init__(self, layer, max_items=None, **kwargs):
         super().__init__(layer)
         name, max_items = _earlier_name('FeatureMapDebugger', kwargs, 'max_samples', 'max_items', max_items)   # its name until 2026-11
-        self.max_items = _check_int('FeatureMapDebugger', name, max_items, none='all items')
+        self.max_items = check_arg(max_items, name, 'FeatureMapDebugger', lo=1, none='all items', note='the items of the batch to keep')
     max_samples = property(lambda self: self.max_items)   # the earlier name
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
@@ -282,8 +269,8 @@ class AttentionDebugger(ForwardDebugger):
     "Attention weights of the layer (item `weights_index` of a tuple output, or a tensor output): the map, its row entropy (mean, normalised by the allowed keys of `mask`, per head), max weight and mean distribution; on the host, `findings` for a head that collapsed or attends evenly among its peer heads (`head_findings`)."
     def __init__(self, layer, weights_index=1, eps=1e-8, mask=None):
         super().__init__(layer)
-        self.weights_index = _check_int('AttentionDebugger', 'weights_index', weights_index, low=0)
-        self.eps = _check_real('AttentionDebugger', 'eps', eps, positive=True)
+        self.weights_index = check_arg(weights_index, 'weights_index', 'AttentionDebugger', lo=0, note='the item of a tuple output that holds the weights')
+        self.eps = check_arg(eps, 'eps', 'AttentionDebugger', kind='real', lo=0, lo_open=True)
         self.mask = mask
     @property
     def mask(self): return self._mask
@@ -322,10 +309,10 @@ def plot(self:AttentionDebugger, results, item=0, heads=None, imsize=2.2, axs=No
         raise ValueError(f'AttentionDebugger.plot: results must be what this debugger returned, with an attention_map' + (f'; they hold an error: {why}' if why else f', got {type(results).__name__}'))
     w = torch.as_tensor(results['attention_map']).float().cpu()
     if w.ndim < 4: w = w[:, None] if w.ndim == 3 else w.reshape(*([1] * (4 - w.ndim)), *w.shape)   # heads averaged: one map
-    if not (_is_int(item) and 0 <= item < w.shape[0]): raise ValueError(f'AttentionDebugger.plot: item must be an int in [0, {w.shape[0]}), the batch item to draw, got {item!r}')
+    check_arg(item, 'item', 'AttentionDebugger.plot', lo=0, hi=w.shape[0] - 1, note='the batch item to draw')
     heads = list(range(w.shape[1])) if heads is None else list(heads)
-    if not heads or not all(_is_int(h) and 0 <= h < w.shape[1] for h in heads):
-        raise ValueError(f'AttentionDebugger.plot: heads must be None (all) or indices in [0, {w.shape[1]}), got {heads!r}')
+    if not heads: raise ValueError('AttentionDebugger.plot: `heads` is empty: give None (all heads) or the indices of some')
+    for h in heads: check_arg(h, 'heads', 'AttentionDebugger.plot', lo=0, hi=w.shape[1] - 1, note='indices of the heads to draw; None: all')
     mask = self.mask
     allowed = allowed_keys(w, mask if mask is None or mask.ndim != 2 or mask.shape[0] in (1, w.shape[0]) else None)
     st = results.get('attention_stats', {})
@@ -371,10 +358,11 @@ class ActivationStatsDebugger(ForwardDebugger):
     def __init__(self, layer, sat_low=THRESHOLDS.sat_low, sat_high=THRESHOLDS.sat_high, n_samples=100):
         super().__init__(layer)
         o = 'ActivationStatsDebugger'
-        sat_low, sat_high = _check_real(o, 'sat_low', sat_low), _check_real(o, 'sat_high', sat_high)
+        sat_low = check_arg(sat_low, 'sat_low', o, kind='real', note='values at or below it saturate')
+        sat_high = check_arg(sat_high, 'sat_high', o, kind='real', note='values at or above it saturate')
         if sat_low >= sat_high: raise ValueError(f'{o}: sat_low must be below sat_high, got sat_low={sat_low!r}, sat_high={sat_high!r}')
         self.thresholds = THRESHOLDS.but(sat_low=sat_low, sat_high=sat_high)   # the saturation limits, as lesson 09e's `Thresholds` holds them
-        self.n_samples = _check_int(o, 'n_samples', n_samples, low=0)
+        self.n_samples = check_arg(n_samples, 'n_samples', o, lo=0, note='the first values to keep')
     sat_low = property(lambda self: self.thresholds.sat_low)
     sat_high = property(lambda self: self.thresholds.sat_high)
     def process_forward(self, module, input, output):
@@ -404,7 +392,7 @@ class LayerOutputDebugger(ForwardDebugger):
     "Save the layer's raw output, average-pooled (`F.avg_pool2d`, floor) by `downsample_factor` over its last two dims when it has 3 or 4. Costs one (pooled) copy."
     def __init__(self, layer, downsample_factor=4):
         super().__init__(layer)
-        self.downsample_factor = _check_int('LayerOutputDebugger', 'downsample_factor (1: no pooling)', downsample_factor)
+        self.downsample_factor = check_arg(downsample_factor, 'downsample_factor', 'LayerOutputDebugger', lo=1, note='1: no pooling')
     def process_forward(self, module, input, output):
         if (err := output_error(output)): return err
         x, k = output.detach(), self.downsample_factor
@@ -433,14 +421,16 @@ class GradCAMDebugger(BaseDebugger):
     "GradCAM heatmaps `(batch, height, width)` at `layer` for `target_class` (None: each sample's predicted class). Costs one forward and one partial backward pass per call."
     def __init__(self, layer, target_class=None, eval_mode=True, normalize=True):
         tc = target_class
-        ok = tc is None or (_is_int(tc) and tc >= 0)
-        if not ok and not isinstance(tc, (str, bytes, Mapping)):
-            try: vals = torch.as_tensor(tc)
-            except (TypeError, ValueError, RuntimeError): vals = None
-            ok = vals is not None and vals.ndim == 1 and not vals.is_floating_point() and not vals.is_complex() and vals.dtype != torch.bool and bool((vals >= 0).all())
-        if not ok: raise ValueError(f'GradCAMDebugger: target_class must be None (each sample\'s predicted class), a class index >= 0, or one index >= 0 per sample, got {tc!r}')
-        for name, v in (('eval_mode', eval_mode), ('normalize', normalize)):
-            if not isinstance(v, bool): raise TypeError(f'GradCAMDebugger: {name} must be True or False, got {v!r}')
+        if tc is None or isinstance(tc, (numbers.Number, np.generic)):
+            check_arg(tc, 'target_class', 'GradCAMDebugger', lo=0, none="each sample's predicted class", note='a class index, or one per sample')
+        else:
+            vals = None
+            if not isinstance(tc, (str, bytes, Mapping)):
+                try: vals = torch.as_tensor(tc)
+                except (TypeError, ValueError, RuntimeError): pass
+            if not (vals is not None and vals.ndim == 1 and not vals.is_floating_point() and not vals.is_complex() and vals.dtype != torch.bool and bool((vals >= 0).all())):
+                raise ValueError(f'GradCAMDebugger: target_class must be None (each sample\'s predicted class), a class index >= 0, or one index >= 0 per sample, got {tc!r}')
+        for name, v in (('eval_mode', eval_mode), ('normalize', normalize)): check_arg(v, name, 'GradCAMDebugger', kind='bool')
         self.layer, self.target_class, self.eval_mode, self.normalize = layer, target_class, eval_mode, normalize
 
     def check(self, model): find_module(model, self.layer)

@@ -6,9 +6,10 @@ Docs: https://miniai.github.io/miniai/findings.html.md"""
 
 # %% ../nbs/09e_findings.ipynb #0396ad56
 from __future__ import annotations
-import math, re, collections
+import math, re, collections, warnings
 import torch
 from dataclasses import dataclass, replace
+from .core import check_arg
 
 # %% auto #0
 __all__ = ['THRESHOLDS', 'Thresholds', 'judge', 'verdict']
@@ -35,16 +36,11 @@ class Thresholds:
     overflow: float|None = 0.05          # a note: the fraction of |x| beyond the histogram's range (`hi`)
 
     def __post_init__(self):
-        for name in ('sat_low', 'sat_high'):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"Thresholds: `{name}` must be a finite number (a saturation limit), got {v!r}")
+        for name in ('sat_low', 'sat_high'): check_arg(getattr(self, name), name, 'Thresholds', kind='real', note='a saturation limit')
         if self.sat_low >= self.sat_high:
             raise ValueError(f"Thresholds: `sat_low` ({self.sat_low!r}) must be below `sat_high` ({self.sat_high!r})")
         for name, v in vars(self).items():
-            if v is None or name in ('sat_low', 'sat_high'): continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ValueError(f"Thresholds: `{name}` must be a finite number >= 0 (None: no check), got {v!r}")
+            if name not in ('sat_low', 'sat_high'): check_arg(v, name, 'Thresholds', kind='real', lo=0, none='no check')
         for name in ('vanishing_std', 'exploding_std'):
             v = getattr(self, name)
             if v == 0: raise ValueError(f"Thresholds: `{name}` is a std, above 0 (None: no check), got {v!r}")
@@ -145,7 +141,7 @@ def _check_measures(std, fractions):
         elif not 0 <= v <= 1: raise ValueError(f"judge: `{name}` is a fraction in [0, 1] (None or NaN: not measured), got {given!r}")
 
 def judge(layer, std=None, dead=None, sparse=None, saturated=None, nonfinite=0, total=None, thresholds=THRESHOLDS, peak_std=None, first_std=None):
-    "The findings (see `finding`) for a layer with these statistics: `dead`, `sparse` and `saturated` are fractions, `nonfinite` of `total` values were NaN/Inf. Given `peak_std` or `first_std` (the layer's own scale), `std` is judged against them (`vanishing_ratio`, `exploding_ratio`) instead of the absolute limits."
+    "The findings (see `finding`) for a layer with these statistics: `dead`, `sparse` and `saturated` (at or beyond the saturation limits `sat_low`/`sat_high`) are fractions, `nonfinite` of `total` values were NaN/Inf. Given `peak_std` or `first_std` (the layer's own scale), `std` is judged against them (`vanishing_ratio`, `exploding_ratio`) instead of the absolute limits."
     _check_measures(std, dict(dead=dead, sparse=sparse, saturated=saturated))
     relative = peak_std is not None or first_std is not None
     for name, v in (('peak_std', peak_std), ('first_std', first_std)):
@@ -344,19 +340,27 @@ def _stream_evidence(layer, rec, row, k, avg, total):
                 hi=float(rec.hi), nonfinite=row['nonfinite'], total=total, peak_std=peak, peak_batch=peak_batch, first_std=first, max_std=top, first=at_first,
                 first_bad=int(bad.nonzero()[0, 0]) if row['nonfinite'] else None)
 
+class DiagnosisRow(dict):
+    "A row of `diagnose`: a dict. `row['saturated']`, the earlier name of `row['overflow']` (the fraction of |x| at or above `hi`), reads it with a DeprecationWarning."
+    def __missing__(self, key):
+        if key != 'saturated' or 'overflow' not in self: raise KeyError(key)
+        warnings.warn("row['saturated'] is deprecated: read row['overflow'], the fraction of |x| at or above the histogram's `hi` (a value saturates at a bound of its activation)",
+                      DeprecationWarning, stacklevel=2)
+        return self['overflow']
+
 def stream_row(layer, rec, tail, th, relative=False, param=None):
-    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
+    "The row of `diagnose` for one stream `rec` over the last `tail` of its batches, and its findings: an output (by the absolute limits, or its std against the layer's own scale when `relative`, its values beyond the histogram's range a note in `row['notes']`; `relative=None`: only NaN/Inf, the verdict's evidence in `row['evidence']`), or a parameter (`param`: 'value' or 'grad'), judged only for NaN/Inf and an all-zero gradient."
     k = max(1, int(round(len(rec) * tail)))
     m = rec.moments
     has = m.count[-k:] > 0                # batches with finite values
     def avg(v): return v[-k:][has].nanmean().item() if has.any() else math.nan
     bad = rec.nonfinite
-    row = dict(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), saturated=avg(rec.saturated), nonfinite=int(bad.sum()))
+    row = DiagnosisRow(layer=layer, mean=avg(rec.means), std=avg(rec.stds), dead=avg(rec.dead), nonfinite=int(bad.sum()))
     row['zeros'] = avg(torch.where(m.count > 0, m.zeros / m.count.clamp(min=1), math.nan)) if rec.zeros else math.nan
-    row['overflow'] = row['saturated']      # the fraction beyond the histogram's range (`saturated`: its name in the course's plots)
+    row['overflow'] = avg(rec.overflow)      # the fraction beyond the histogram's range
     total = int((m.count + bad).sum())
     if param is not None:
-        row['dead'] = row['saturated'] = row['overflow'] = math.nan       # a histogram's bins say nothing about a weight
+        row['dead'] = row['overflow'] = math.nan       # a histogram's bins say nothing about a weight
         found = judge(layer, nonfinite=row['nonfinite'], total=total, thresholds=th)
         n, z = int(m.count[-k:].sum()), m.zeros[-k:].sum().item()
         if param == 'grad' and n and z == n: found.append(finding(layer, 'zero gradient', n, 0, measure='zeros'))
@@ -365,8 +369,9 @@ def stream_row(layer, rec, tail, th, relative=False, param=None):
         row['evidence'] = _stream_evidence(layer, rec, row, k, avg, total)
     else:
         peak, first = _scale(rec.stds, k) if relative else (None, None)
-        found = judge(layer, std=row['std'], dead=row['dead'], saturated=row['saturated'], nonfinite=row['nonfinite'], total=total,
-                      thresholds=th, peak_std=peak, first_std=first)
+        found = judge(layer, std=row['std'], dead=row['dead'], nonfinite=row['nonfinite'], total=total, thresholds=th, peak_std=peak, first_std=first)
+        o = row['overflow']        # beyond the histogram's range: a note about the picture, as in the verdict, not a finding
+        row['notes'] = [finding(layer, 'overflow', o, th.overflow, 'overflow', hi=float(rec.hi))] if th.overflow is not None and _known(o) and o > th.overflow else []
     if row['nonfinite']:      # where it starts: the first recorded batch with a NaN or Inf
         batch = int(bad.nonzero()[0, 0])
         for f in found:
@@ -388,5 +393,5 @@ def judge_rows(rows, kinds, grads, th):
         for f in fs:
             if f['measure'] == 'nonfinite': f['batch'] = batch
     if '' not in found: return None
-    return dict(layer='', mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
-                output=None, findings=found[''], notes=[], downstream=None)
+    return DiagnosisRow(layer='', mean=math.nan, std=math.nan, dead=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan,
+                        output=None, findings=found[''], notes=[], downstream=None)

@@ -325,10 +325,6 @@ def _recompiled(wrapper):
 
 
 # %% ../nbs/09b_hooks.ipynb #914a5588
-def _check_every(every, owner):
-    "Refuse an `every` that is not a whole number >= 1, naming `owner`."
-    check_arg(every, 'every', owner, lo=1, note='record every N-th training batch')
-
 class NothingRecordedWarning(UserWarning):
     "A recording (a fit, an `attach` block) ended with hooked layers that recorded nothing, or with no recorded forward at all."
 
@@ -357,10 +353,10 @@ def _check_unique_names(picked, owner):
 
 @other_names
 class HooksCallback(Callback):
-    "Hook the `layers` of the model (see `select_modules`) before fit; on every `every`-th training batch and/or on validation batches each hooked layer's forward runs `hook` (by default `hookfunc(hook, module, input, output)`); remove the hooks in the cleanup stage."
+    "Hook the `layers` of the model (see `select_modules`) before fit; on the 1st, (N+1)-th, (2N+1)-th... training batch of each fit (N = `every`; under `attach`, training-mode forward) and/or on every validation batch each hooked layer's forward runs `hook` (by default `hookfunc(hook, module, input, output)`); remove the hooks in the cleanup stage."
     _sessions, _driver, _hook_kwargs = (), None, {}   # see `__init__`; class defaults for a subclass that does not call it
     def __init__(self, hookfunc=None, layers=None, on_train=True, on_valid=False, every=1, *, hook_cls=Hook, with_kwargs=False):
-        _check_every(every, type(self).__name__)
+        check_arg(every, 'every', type(self).__name__, lo=1, note='record the 1st, (N+1)-th, (2N+1)-th... training batch')
         _check_layers(layers, type(self).__name__)
         self._hook_kwargs = {} if _check_with_kwargs(with_kwargs, type(self).__name__) is None else dict(with_kwargs=with_kwargs)
         self.hookfunc, self.layers, self.on_train, self.on_valid, self.every, self.hook_cls = hookfunc, layers, on_train, on_valid, every, hook_cls

@@ -6,7 +6,7 @@ Docs: https://miniai.github.io/miniai/kernel.html.md"""
 
 # %% ../nbs/09c_kernel.ipynb #6633b233
 from __future__ import annotations
-import math, random
+import math, random, warnings
 import numpy as np, torch
 from fastcore.basics import patch
 from .passes import (FIELDS, flat_float, pow2_scale, moments_torch, sample_bins_torch, device_moments, device_sample_bins, np_view, INT_VIEWS,
@@ -142,9 +142,10 @@ class Recorder:
         row = self._rng.randrange(TABLE_ROWS) if not self.exact and self.sample and n > self.sample else None
         hi = self.hi
         lo, loops = hi / self.bins, None if tk is not None else loops_for(f)
-        if tk is None and loops is None and f.is_cpu: tk = triton_for(f)        # CPU tensors under use_kernel('triton') and Triton's interpreter
-        if tk is not None:          # one read: the moments and every value binned
-            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins)
+        if tk is None and loops is None and f.is_cpu and (tk := triton_for(f)) is not None: f = x.detach()   # CPU tensors under use_kernel('triton') and Triton's interpreter: read as a GPU reads them
+        fed = None if tk is None or type(self)._triton_sketch is Recorder._triton_sketch else self._triton_sketch(f)
+        if tk is not None:          # one read: the moments, every value binned, and a subclass's sketch fed every value
+            m, raw = tk.triton_pass(f, lo, hi, self.zeros, self.ranges, self.minmax, bins=None if self.fold else self.bins, sketch=fed)
         elif loops is not None:
             idx = None if row is None or self.fold else self.sample_index(n, row, SAMPLE_RUN)
             m, raw = cpu_pass(loops, f, float(lo), float(hi), bool(self.zeros), bool(self.ranges), bool(self.minmax), idx, SAMPLE_RUN,
@@ -156,7 +157,7 @@ class Recorder:
         self._rows.append(m)
         if raw is not None: self._raw.append(raw)
         if type(self).after_record is not Recorder.after_record:      # a subclass's: no call otherwise
-            self.after_record(f if f.dim() == 1 else flat_float(f), row, m)
+            self.after_record(f if f.dim() == 1 or fed is not None else flat_float(f), row, m)
         self.n_batches += 1
         self._cache = None
         if self.fold and len(self._rows) >= self.fold_every: self._fold()
@@ -175,8 +176,11 @@ class Recorder:
     def _fused_sample(self, f, row):
         "What a subclass adds to the compiled pass over CPU tensor `f` (see `cpu_pass`'s `sketch`): None here."
 
+    def _triton_sketch(self, f):
+        "What a subclass adds to the Triton pass over tensor `f` (see `triton_pass`'s `sketch`: counts on `f`'s device, every finite value added, weight 1): None here."
+
     def after_record(self, f, row, m):
-        "Override to record more per batch: `f` the flat float tensor recorded, `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
+        "Override to record more per batch: `f` the flat float tensor recorded (the tensor as recorded when `_triton_sketch` fed it: no copy), `row` the sample-table row drawn for it (None when it is taken whole; see `sample_index`), `m` its `Moments` row (a float64 tensor on `f`'s device)."
 
     def sample_index(self, n, row, run=1, device=None):
         "The int64 start positions (`sample // run` of them, in order) of the stratified sample of runs of `run` values among `n` values for table row `row` (`0 <= row < 32`), on `device` (default: that of the tensor last recorded). The recorder keeps the tables it uses (at most 4)."
@@ -243,10 +247,16 @@ def dead(self:Recorder):
     return _fraction(m.low, m.count)
 
 @patch(as_prop=True)
-def saturated(self:Recorder):
-    "Exact fraction of each batch's finite values with |x| at or above `hi` (the overflow bin)."
+def overflow(self:Recorder):
+    "Exact fraction of each batch's finite values with |x| at or above `hi` (the histogram's overflow bin)."
     m = self.moments
     return _fraction(m.high, m.count)
+
+@patch(as_prop=True)
+def saturated(self:Recorder):
+    "Deprecated: `overflow` (a value saturates at a bound of its activation; this is the fraction past the histogram's top, |x| >= `hi`)."
+    warnings.warn("Recorder.saturated is deprecated: read Recorder.overflow, the fraction of |x| at or above `hi`", DeprecationWarning, stacklevel=2)
+    return self.overflow
 
 @patch(as_prop=True)
 def stats(self:Recorder):
@@ -261,13 +271,31 @@ def total(self:Recorder):
 
 # %% ../nbs/09c_kernel.ipynb #99db13e9
 @patch
-def merge(self:Recorder, other):
-    "Add everything `other` (another folded `Recorder`) recorded."
-    self.flush(); other.flush()
-    mine = self.total.t
-    self._folded, self._rows = Moments(torch.stack([mine, other.total.t.to(mine.device)])).fold().t, []
-    self.n_batches += other.n_batches
-    return self
+def merge(self:Recorder, *others):
+    "Add everything the recorders `others` recorded; returns this recorder. Folded (`fold=True`): their totals fold into its total. Per batch: batch by batch, as for recorders that each saw part of the same batches (micro-batches, ranks), all holding as many batches (an empty recorder takes theirs) with the same `bins` and `hi`: moments merge with Chan's formula, sample bins add."
+    if not all(isinstance(r, Recorder) for r in others):
+        raise TypeError(f"merge: `others` must be Recorders, got {', '.join(type(r).__name__ for r in others if not isinstance(r, Recorder))}")
+    for r in (self, *others): r.flush()
+    if self.fold:
+        mine = self.total.t
+        rows = [mine] + [r.total.t.to(mine.device) for r in others]
+        self._folded, self._rows, self._cache = Moments(torch.stack(rows)).fold().t, [], None
+        self.n_batches += sum(r.n_batches for r in others)
+        return self
+    if any(r.fold for r in others):
+        raise ValueError("merge: a per-batch Recorder (fold=False) merges per-batch ones, batch by batch; a folded one keeps no batches: merge it into a folded Recorder")
+    recs = ([self] if self.n_batches else []) + list(others)
+    lens = [r.n_batches for r in recs]
+    if len(set(lens)) > 1: raise ValueError(f"merge: the recorders hold different numbers of batches: {lens}")
+    if any((r.bins, r.hi) != (self.bins, self.hi) for r in others):
+        raise ValueError(f"merge: per-batch recorders add their histograms bin by bin, so they need the same `bins` and `hi`: this one has bins={self.bins}, hi={self.hi}, "
+                         f"the others {[(r.bins, r.hi) for r in others]}")
+    if not recs: return self
+    sds = [r.state_dict() for r in recs]
+    dev = sds[0]['rows'].device
+    rows = Moments(torch.stack([sd['rows'].to(dev) for sd in sds])).fold(0).t
+    raw = torch.stack([sd['raw'].to(dev) for sd in sds]).sum(0)
+    return self.load_state_dict({'rows': rows, 'raw': raw, 'folded': None, 'n_batches': lens[0]})
 
 # %% ../nbs/09c_kernel.ipynb #b7d1c0a2
 @patch
@@ -320,22 +348,15 @@ def load_state_dict(self:Recorder, sd):
 
 @patch(cls_method=True)
 def combine(cls:Recorder, recs):
-    "A new per-batch `Recorder` (with the first's settings) holding, for each batch, the statistics of all of `recs` together: recorders of ranks or micro-batches that saw parts of the same batches. Moments merge with Chan's formula, sample bins add."
+    "Deprecated: `merge`. A new per-batch `Recorder` with the first's settings, into which all of `recs` merge batch by batch."
+    warnings.warn("Recorder.combine(recs) is deprecated: use merge, as in Recorder().merge(*recs)", DeprecationWarning, stacklevel=2)
     recs = list(recs)
     if not recs or not all(isinstance(r, Recorder) for r in recs): raise ValueError("combine: `recs` must be a non-empty list of Recorders")
-    if any(r.fold for r in recs): raise ValueError("combine: only per-batch Recorders (fold=False) combine batch by batch; merge folded ones with `merge`")
-    lens = [len(r) for r in recs]
-    if len(set(lens)) != 1: raise ValueError(f"combine: the recorders hold different numbers of batches: {lens}")
     r0 = recs[0]
-    res = Recorder(r0.bins, r0.hi, r0.sample, r0.exact, False, r0.zeros, r0.ranges, r0.minmax, r0.seed)
-    sds = [r.state_dict() for r in recs]
-    dev = sds[0]['rows'].device
-    rows = Moments(torch.stack([sd['rows'].to(dev) for sd in sds])).fold(0).t
-    raw = torch.stack([sd['raw'].to(dev) for sd in sds]).sum(0)
-    return res.load_state_dict({'rows': rows, 'raw': raw, 'folded': None, 'n_batches': lens[0]})
+    return Recorder(r0.bins, r0.hi, r0.sample, r0.exact, False, r0.zeros, r0.ranges, r0.minmax, r0.seed).merge(*recs)
 
 # %% ../nbs/09c_kernel.ipynb #e55534d6
-def sync_recorders(recs, group=None):
+def all_reduce_recorders(recs, group=None):
     "Replace what each per-batch `Recorder` in `recs` holds by the merge of every rank's (two `all_gather`s: the batch counts, checked, then everything in one packed tensor); returns the number merged, 0 when not distributed."
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1: return 0
@@ -349,7 +370,7 @@ def sync_recorders(recs, group=None):
     got = [torch.empty_like(sizes) for _ in range(world)]
     dist.all_gather(got, sizes, group=group)    # the batch counts first: unequal ones would make the packed gather fail obscurely
     if any(not torch.equal(g, sizes) for g in got):
-        raise RuntimeError(f"sync_recorders: the ranks recorded different numbers of batches: {[g.long().tolist() for g in got]}")
+        raise RuntimeError(f"all_reduce_recorders: the ranks recorded different numbers of batches: {[g.long().tolist() for g in got]}")
     flat = torch.cat([b.reshape(-1) for b in blocks]) if blocks else torch.zeros(0, dtype=torch.float64)
     parts = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(parts, flat, group=group)
@@ -361,3 +382,8 @@ def sync_recorders(recs, group=None):
         r.load_state_dict({'rows': Moments(per_rank[..., :nf]).fold(0).t.to(home), 'raw': per_rank[..., nf:].sum(0).long().to(home),
                            'folded': None, 'n_batches': rows})
     return len(recs)
+
+def sync_recorders(recs, group=None):
+    "Deprecated: `all_reduce_recorders`."
+    warnings.warn("sync_recorders is deprecated: use all_reduce_recorders", DeprecationWarning, stacklevel=2)
+    return all_reduce_recorders(recs, group)

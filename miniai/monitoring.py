@@ -22,10 +22,6 @@ __all__ = ['ActivationWarning', 'check_statistics', 'StatisticsCB', 'statistics_
 class ActivationWarning(UserWarning):
     "A warning about a layer's activations (vanishing, sparse, NaN...): the sentence of one finding."
 
-def _check_limit(name, v):
-    "Raise a ValueError naming `name` unless `v` is None or a finite number >= 0."
-    check_arg(v, name, 'check_statistics', kind='real', lo=0, none='no check')
-
 def _thresholds(thresholds, limits, owner):
     "`thresholds` with the fields in `limits` changed (see `Thresholds.but`)."
     if not isinstance(thresholds, Thresholds):
@@ -34,7 +30,7 @@ def _thresholds(thresholds, limits, owner):
 
 def check_statistics(all_stats, thresholds=THRESHOLDS, range_threshold=None, skew_factor=None, saturation=False, **limits):
     "Findings (see `finding`) about the layers of `all_stats` (`{name: ModuleStatistics}` or a collector), judged by `thresholds` with `limits` changing its fields. `range_threshold`, `skew_factor` and `saturation=True` are older names of `narrow_range`, `skewed` and `clipped=99`."
-    _check_limit('range_threshold', range_threshold); _check_limit('skew_factor', skew_factor)
+    for name, v in (('range_threshold', range_threshold), ('skew_factor', skew_factor)): check_arg(v, name, 'check_statistics', kind='real', lo=0, none='no check')
     old = dict(narrow_range=range_threshold, skewed=skew_factor, clipped=99 if saturation else None)
     t = _thresholds(thresholds, {**{k: v for k, v in old.items() if v is not None}, **limits}, 'check_statistics')
     if isinstance(all_stats, StatisticsCollector): all_stats = all_stats.get_all_statistics()

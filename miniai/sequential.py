@@ -126,8 +126,7 @@ def build_debugger(config, where='debugger_config'):
 class SequentialDebugger(BaseDebugger):
     "Run the debuggers of `debuggers_config` on each datapoint, buffering results and writing them to `path` a page of `page_size_mb` at a time."
     def __init__(self, page_size_mb=100, debuggers_config=(), path=None):
-        if not (isinstance(page_size_mb, numbers.Real) and not isinstance(page_size_mb, bool) and page_size_mb > 0):   # inf: one page, at the end
-            raise ValueError(f'SequentialDebugger: page_size_mb must be a positive number (inf: one page at the end), got {page_size_mb!r}')
+        check_arg(page_size_mb, 'page_size_mb', 'SequentialDebugger', kind='real', lo=0, lo_open=True, finite=False, note='inf: one page, at the end')
         self.page_size_mb, self.path, self.debuggers = page_size_mb, None if path is None else Path(path), {}
         for i, entry in enumerate(debuggers_config):
             where = f'debuggers_config[{i}]'
@@ -237,12 +236,6 @@ def __call__(self:SequentialDebugger, datapoint, model, **meta):
     return self.to_host(self.collect(datapoint, model, **meta)['results'])
 
 # %% ../nbs/10c1_sequential.ipynb #771eaa51
-def _positive_int(name, v):
-    "`v` if it is an int >= 1; else a ValueError naming `DebugCB` and `name` (`check_arg`'s)."
-    return check_arg(v, name, 'DebugCB', lo=1, fmt='{prefix}{name} must be a positive int{paren}, got {value!r}')
-
-def _is_index(v): return isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
-
 @other_names
 class DebugCB(Callback):
     "Run a `SequentialDebugger` (or its config) on the batches `batches` of every `every_epoch`-th epoch (or of `epochs`) of a fit."
@@ -250,11 +243,12 @@ class DebugCB(Callback):
     def __init__(self, debugger, every_epoch=1, epochs=None, batches=(0,), on_train=True, on_valid=False, n_inp=1):
         if isinstance(debugger, Mapping): debugger = build_debugger(debugger, 'debugger')
         if not isinstance(debugger, SequentialDebugger): raise TypeError(f'DebugCB needs a SequentialDebugger or its config, got {type(debugger).__name__}')
-        _positive_int('every_epoch (checkpoint_method)', every_epoch)
-        _positive_int('n_inp (the number of inputs in a batch)', n_inp)
+        check_arg(every_epoch, 'every_epoch', 'DebugCB', lo=1, note="debug every N-th epoch; a config's checkpoint_method")
+        check_arg(n_inp, 'n_inp', 'DebugCB', lo=1, note='the number of inputs in a batch')
         for name, v in (('epochs', epochs), ('batches', batches)):
-            if v is not None and not (isinstance(v, (list, tuple, set, frozenset, range)) and all(map(_is_index, v))):
-                raise ValueError(f'DebugCB: {name} must be None (all) or a list of indices >= 0, got {v!r}')
+            if v is None: continue
+            if not isinstance(v, (list, tuple, set, frozenset, range)): raise ValueError(f'DebugCB: {name} must be None (all) or a list of indices >= 0, got {v!r}')
+            for i in v: check_arg(i, name, 'DebugCB', lo=0, note='a list of indices; None: all')
         fc.store_attr('debugger,every_epoch,epochs,batches,on_train,on_valid,n_inp')
         self.active = self.checked = False
 

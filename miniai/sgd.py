@@ -20,9 +20,7 @@ from .core import check_arg
 __all__ = ['SGD', 'Momentum', 'RMSProp', 'Adam', 'BaseSchedCB', 'BatchSchedCB', 'EpochSchedCB', 'HasLearnCB', 'RecorderCB']
 
 # %% ../nbs/12_accel_sgd.ipynb #6b2bc129
-def _check_hyper(owner, name, v, what, hi=None):
-    "Refuse `v` for argument `name` unless it is a finite number >= 0 (and < `hi`), in `torch.optim`'s words ('Invalid learning rate: -1')."
-    check_arg(v, name, owner, kind='real', lo=0., hi=hi, hi_open=True, note=what, fmt='{owner}: Invalid {note}: {got} (`{name}` must be {rule})')
+_OPTIM_WORDS = '{owner}: Invalid {note}: {got} (`{name}` must be {rule})'     # `check_arg`'s message in `torch.optim`'s words ('Invalid learning rate: -1')
 
 def _param_list(owner, params):
     "`params` as a list of tensors; a single tensor, an empty list or a non-tensor is refused, as `torch.optim` does."
@@ -39,8 +37,8 @@ class SGD:
     def __init__(self, params, lr, wd=0.):
         owner = type(self).__name__
         self.params = _param_list(owner, params)
-        _check_hyper(owner, 'lr', lr, 'learning rate')
-        _check_hyper(owner, 'wd', wd, 'weight_decay value')
+        check_arg(lr, 'lr', owner, kind='real', lo=0., note='learning rate', fmt=_OPTIM_WORDS)
+        check_arg(wd, 'wd', owner, kind='real', lo=0., note='weight_decay value', fmt=_OPTIM_WORDS)
         self.lr, self.wd = lr, wd
         self.i = 0                               # steps taken: Adam's bias correction reads it
         self.state = {}                          # parameter -> {name: tensor}, as `torch.optim`'s `opt.state`
@@ -66,7 +64,7 @@ class Momentum(SGD):
     "SGD along the moving average `grad_avg` of the gradients, weight `mom` on the past."
     def __init__(self, params, lr, wd=0., mom=0.9):
         super().__init__(params, lr=lr, wd=wd)
-        _check_hyper(type(self).__name__, 'mom', mom, 'momentum value', hi=1.)
+        check_arg(mom, 'mom', type(self).__name__, kind='real', lo=0., hi=1., hi_open=True, note='momentum value', fmt=_OPTIM_WORDS)
         self.mom = mom
 
     def opt_step(self, p):
@@ -79,8 +77,8 @@ class RMSProp(SGD):
     "SGD with each gradient divided by the root of the moving average `sqr_avg` of its squares."
     def __init__(self, params, lr, wd=0., sqr_mom=0.99, eps=1e-5):
         super().__init__(params, lr=lr, wd=wd)
-        _check_hyper(type(self).__name__, 'sqr_mom', sqr_mom, 'alpha value', hi=1.)
-        _check_hyper(type(self).__name__, 'eps', eps, 'epsilon value')
+        check_arg(sqr_mom, 'sqr_mom', type(self).__name__, kind='real', lo=0., hi=1., hi_open=True, note='alpha value', fmt=_OPTIM_WORDS)
+        check_arg(eps, 'eps', type(self).__name__, kind='real', lo=0., note='epsilon value', fmt=_OPTIM_WORDS)
         self.sqr_mom, self.eps = sqr_mom, eps
 
     def opt_step(self, p):
@@ -94,9 +92,9 @@ class Adam(SGD):
     def __init__(self, params, lr, wd=0., beta1=0.9, beta2=0.99, eps=1e-5):
         super().__init__(params, lr=lr, wd=wd)
         owner = type(self).__name__
-        _check_hyper(owner, 'beta1', beta1, 'beta parameter at index 0', hi=1.)
-        _check_hyper(owner, 'beta2', beta2, 'beta parameter at index 1', hi=1.)
-        _check_hyper(owner, 'eps', eps, 'epsilon value')
+        check_arg(beta1, 'beta1', owner, kind='real', lo=0., hi=1., hi_open=True, note='beta parameter at index 0', fmt=_OPTIM_WORDS)
+        check_arg(beta2, 'beta2', owner, kind='real', lo=0., hi=1., hi_open=True, note='beta parameter at index 1', fmt=_OPTIM_WORDS)
+        check_arg(eps, 'eps', owner, kind='real', lo=0., note='epsilon value', fmt=_OPTIM_WORDS)
         self.beta1, self.beta2, self.eps = beta1, beta2, eps
 
     def opt_step(self, p):

@@ -1,4 +1,4 @@
-"""A log-bucket sketch of a stream of values, whose percentiles come with intervals that surely hold them, and `SketchRecorder`, a run-wide `Recorder` that feeds it a sample of every batch.
+"""A log-bucket sketch of a stream of values, whose percentiles come with intervals that surely hold them, and `SketchRecorder`, a run-wide `Recorder` that feeds it a sample of every batch, or every value on a GPU.
 
 Docs: https://miniai.github.io/miniai/sketch.html.md"""
 
@@ -238,7 +238,7 @@ def _skp(level):
 _SKETCH_ROWS, _SKETCH_MORE = 4, 4   # the sketch's sample: from the first 4 rows of the kernel's sample table, shifted in each batch; 4x larger from large tensors
 
 class SketchRecorder(Recorder):
-    "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch (`sketch_size`)."
+    "A run-wide `Recorder` (`fold=True`) that also feeds a `QuantileSketch` at `level` with a stratified sample of every batch (`sketch_size`), or with every value where the Triton kernel reads the batch."
     sketch_every = 16
     def __init__(self, level=0, sample=16384, exact=False, zeros=False, seed=0, **kwargs):
         self.level = level
@@ -283,8 +283,18 @@ class SketchRecorder(Recorder):
         self._fed = True
         return (_np_view(self.sketch_positions(f.numel(), row, f.device)), _skp(sk.level), _np_view(sk.counts), _np_view(self._acc))
 
+    def _triton_sketch(self, f):
+        "The sketch fed every finite value of `f` (weight 1) in the Triton pass itself, with no sample and no copy: `(counts, parameters)`, its counts moved to `f`'s device at the first such record (what waited for them added first)."
+        sk = self.sketch
+        if sk is None: return None
+        if sk.counts.device != f.device:
+            self.flush()
+            sk.counts = sk.counts.to(f.device)
+        self._fed = True
+        return sk.counts, _skp(sk.level)
+
     def after_record(self, f, row, m):
-        "Feed the sketch: every value of `f` (weight 1) when it was taken whole, else the sample of table row `row`: on the CPU in the compiled pass (see `_fused_sample`) or loop, elsewhere pending until `flush`."
+        "Feed the sketch: every value of `f` (weight 1) when it was taken whole or the Triton pass read it (see `_triton_sketch`), else the sample of table row `row`: on the CPU in the compiled pass (see `_fused_sample`) or loop, elsewhere pending until `flush`."
         if self.sketch is None: return
         if self._fed: self._fed = False; return
         if self.sketch.counts.is_cpu and row is None and loops_for(f) is not None:    # taken whole: every value, weight 1
@@ -308,10 +318,10 @@ class SketchRecorder(Recorder):
         k = torch.isfinite(vals).sum(1).double()
         w = counts / k.clamp(min=1) * (k > 0)                 # 0 for a sample without finite values
         bad = ((vals.shape[1] - k) * w).sum()                 # the NaN/Inf drawn, weighted: taken back out of the zero bucket
-        self.sketch.counts += QuantileSketch.batch_counts(vals, self.sketch.level, n_nonfinite=bad, weight=w)
+        self.sketch.counts += QuantileSketch.batch_counts(vals, self.sketch.level, n_nonfinite=bad, weight=w).to(self.sketch.counts.device)
         self.sketch.counts.clamp_(min=0)                      # taking `bad` back may leave a float rounding below 0
         add = torch.stack([k.sum(), (w * k).sum(), (w * w * k).sum()])
-        self.sampling = add if self.sampling is None else self.sampling + add
+        self.sampling = add if self.sampling is None else self.sampling + add.to(self.sampling.device)
 
     def drop_sketch(self):
         "Release the sketch, and the samples waiting for it (no percentiles or histogram any more)."

@@ -118,7 +118,7 @@ def _write_series(self:TensorBoardCB, a, phase):
         limits = [hi * (i+1) / bins for i in range(bins)]
         centers = torch.tensor(limits, dtype=torch.float64) - hi / bins / 2
         scalars = dict(mean=rec.means, std=rec.stds, nonfinite=rec.nonfinite, dead_fraction=rec.dead.nan_to_num(0.),
-                       overflow_fraction=rec.saturated.nan_to_num(0.))
+                       overflow_fraction=rec.overflow.nan_to_num(0.))
         hists = rec.hists
         for i in range(first, end):
             step, tag = start + i * every, f'{prefix}/{name}'

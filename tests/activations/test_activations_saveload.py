@@ -66,7 +66,7 @@ def _same_recorders(a, b):
                 assert torch.equal(_bits(sa['rows']), _bits(sb['rows'])) and torch.equal(sa['raw'], sb['raw']), (phase, name, key)
                 if len(ra):
                     assert torch.equal(ra.hists, rb.hists)
-                    for s in ('means', 'stds', 'dead', 'saturated'): assert torch.equal(_bits(getattr(ra, s)), _bits(getattr(rb, s))), s
+                    for s in ('means', 'stds', 'dead', 'overflow'): assert torch.equal(_bits(getattr(ra, s)), _bits(getattr(rb, s))), s
 
 def _figure_data(fig):
     "What a figure draws: each line's points and each image's pixels, axis by axis."

@@ -73,7 +73,7 @@ def test_gpt2_at_init_not_flagged_with_auto_range(gpt2):
         assert rows and all(not PROBLEMS & set(r['flags']) for r in rows), format_diagnosis(rows)
         for name, rec in a.series().items():      # each series' own range: its first batch fills many bins
             assert nonempty_bins(rec) >= 15, (name, rec.hi, rec.hists[0])
-            assert rec.saturated[0] <= 0.001 and rec.hi in {m * 10.**e for m in (1, 2, 5) for e in range(-4, 3)} or \
+            assert rec.overflow[0] <= 0.001 and rec.hi in {m * 10.**e for m in (1, 2, 5) for e in range(-4, 3)} or \
                    f'{rec.hi:g}'[0] in '125', (name, rec.hi)
     # the course's fixed range [0, 10): the residual stream (std about 0.03) fills one or two bins; the verdict does not read
     # the picture's bins and flags nothing, lesson 10's absolute limits call it vanishing and dead
@@ -171,8 +171,8 @@ def test_exploding_relative_to_the_first_batch():
     # its values now far beyond the range chosen at batch 0: a note about the picture, not a fault
     assert [(f['issue'], f['value']) for f in rows['0']['notes']] == [('overflow', 1.0)]
     assert "values beyond the histogram's range" in format_diagnosis(list(rows.values()))
-    rel = {r['layer']: r['flags'] for r in a.diagnose(relative=True)}        # against the first batch, the overflow called saturated
-    assert 'exploding' in rel['0'] and 'saturated' in rel['0'], rel
+    rel = {r['layer']: r for r in a.diagnose(relative=True)}        # against the first batch: exploding, and the overflow a note there too
+    assert rel['0']['flags'] == ['exploding'] and [f['issue'] for f in rel['0']['notes']] == ['overflow'], rel['0']
 
 
 def test_default_stays_the_course_range():
@@ -202,4 +202,4 @@ def test_valid_series_take_the_training_range():
     with a.attach(m):
         m(torch.randn(16, 8))
         m.eval(); m(torch.randn(16, 8) * 50); m.train()
-    assert a.series('valid')['0'].hi == a.series()['0'].hi and a.series('valid')['0'].saturated[0] > 0.5
+    assert a.series('valid')['0'].hi == a.series()['0'].hi and a.series('valid')['0'].overflow[0] > 0.5

@@ -46,7 +46,7 @@ def test_max_items_counts_batch_items_and_keeps_its_earlier_name():
     assert new({'inputs': x}, model)['feature_map'].shape == old({'inputs': x}, model)['feature_map'].shape == (2, 3)
     with pytest.raises(TypeError, match='`max_samples` is another name for `max_items`'): FeatureMapDebugger('0', max_items=1, max_samples=2)
     with pytest.raises(TypeError, match="unexpected keyword argument 'max_sample'"): FeatureMapDebugger('0', max_sample=2)
-    with pytest.raises(ValueError, match='max_items must be a positive int'): FeatureMapDebugger('0', max_items=0)
+    with pytest.raises(ValueError, match='`max_items` must be an integer >= 1'): FeatureMapDebugger('0', max_items=0)
 
 def test_a_debugger_hooks_with_lesson_10s_hook_and_leaves_nothing_behind():
     model, x = nn.Sequential(nn.Linear(4, 3), nn.ReLU()), torch.randn(2, 4)

@@ -153,7 +153,7 @@ def test_recorder_numbers_are_exact(batches, seed, kernel):
         assert abs(rec.means[i].item() - fin.mean()) <= 1e-9 * np.abs(fin).max()
         if fin.size > 1: assert abs(rec.stds[i].item() - fin.std(ddof=1)) <= 1e-9 * fin.std(ddof=1) + 1e-300
         assert rec.dead[i].item() == (np.abs(fin) < 0.25).sum() / fin.size
-        assert rec.saturated[i].item() == (np.abs(fin) >= 10).sum() / fin.size
+        assert rec.overflow[i].item() == (np.abs(fin) >= 10).sum() / fin.size
         h = rec.hists[i].double()
         assert h[0].item() == (np.abs(fin) < 0.25).sum() and h[-1].item() == (np.abs(fin) >= 10).sum()
         assert math.isclose(h.sum().item(), fin.size, rel_tol=1e-5)

@@ -2,7 +2,9 @@
 tensors through Triton's interpreter (the same kernel a GPU compiles): counts, min and max exact, mean and m2 within 1e-12
 relative of the rational truth, on structured tensors (NaN columns and strides, heads unlike tails, columns unlike each other,
 NaN/Inf mixes, all-NaN, single values, huge and tiny magnitudes, every float type), on every layout (channels_last, transposed,
-sliced, expanded, offset), with the histogram and the sketch of every value equal to the loops' and the torch ops'.
+sliced, expanded, offset), with the histogram and the sketch of every value equal to the loops' and the torch ops'. Then the
+recorders on that path: the collector's sketches fed every value (the same counts, percentiles and bounds as the loops' feed of
+every value), and a hook call's launches (ActivationStats 2, the collector 4 for an input and an output) with no host sync.
 
 Every test here runs in `make test` on CPU tensors (about 30 s: the interpreter is slow, so the tensors hold a few thousand values, and tiles of
 256 values over 3 programs make the in-program and the cross-program merges both run), and one more compiles the kernels for
@@ -256,3 +258,112 @@ def test_compiles_for_a_gpu():
     r = subprocess.run([sys.executable, '-c', COMPILE], env=env, capture_output=True, text=True, timeout=300)
     if r.returncode and ('ptxas' in r.stderr and 'not found' in r.stderr or 'No module named' in r.stderr): pytest.skip(r.stderr[-300:])
     assert r.returncode == 0 and 'compiled 4' in r.stdout, r.stderr[-3000:]
+
+
+# ----- the recorders on the Triton path: the collector's sketch fed every value, and the launches of a hook call
+
+def recorded(dtype, dev='cpu'):
+    "Structured tensors of `dtype`: a NaN column, every third column, a crop of a channels_last batch (read through strides), a head of zeros before a large tail, and one of more values than the loops sample (16,384) with NaN and ±Inf."
+    g = torch.Generator().manual_seed(7)
+    def rn(*s, scale=1.): return (torch.randn(*s, generator=g) * scale).to(dtype).to(dev)
+    a = rn(300, 8, scale=3.) + 1; a[:, 2] = math.nan
+    b = rn(60, 90, scale=4.)[:, ::3]
+    c = rn(4, 6, 12, 10, scale=2.).to(memory_format=torch.channels_last)[:, :, 2:9, 1:8]
+    d = torch.cat([torch.zeros(500, dtype=dtype, device=dev), rn(2500, scale=1e3) + 5e3])
+    e = rn(20_000).exp(); e[::97] = math.inf; e[5::101] = -math.inf; e[7::89] = math.nan
+    assert not b.is_contiguous() and not TK._dense(c)
+    return [a, b, c, d, e]
+
+PCTS = [0, 0.1, 1, 25, 50, 75, 99, 99.9, 100]
+
+def collect(xs, kernel, exact=False):
+    "A default-sized collector (percentiles from the sketch alone, its histogram) fed each of `xs` as a module's input and output, and all of them as one more module's, with `kernel`."
+    from miniai.statistics import StatisticsCollector, StatisticsConfig
+    c = StatisticsCollector(StatisticsConfig(collect_percentiles=PCTS, collect_histogram=True, max_samples=None, collect_sparsity=True, exact=exact))
+    with use_kernel(kernel):
+        for i, x in enumerate(xs): c.update_statistics(f'm{i}', x, x); c.update_statistics('all', x, x)
+    return c
+
+def read(c):
+    "Every stream's statistics as host dicts, and its sketch counts; mean and std apart (summed in another order)."
+    res = {}
+    for (name, kind, key), s in c._streams.items():
+        d = s.read(c.config).to_dict()
+        res[name, kind] = (s.sketch.counts.cpu(), {k: d.pop(k) for k in ('mean', 'std', 'errors')}, d)
+    return res
+
+@ON
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+def test_the_collectors_sketch_holds_every_value(dtype, dev):
+    "The collector's streams under the Triton kernel: sketch counts equal the compiled loops' feed of every value (`exact=True`), so the percentiles, their bounds and the histogram are the same; nothing sampled, nothing pending, the sketch on the values' device."
+    xs = recorded(dtype, dev)
+    tri = collect(xs, 'triton')
+    for s in tri._streams.values():
+        assert s.sketch.counts.device == xs[0].device and s.sampling is None and s._pending == [] and s._whole == []
+    loops = collect([x.cpu() for x in xs], 'loops', exact=True)
+    sampled = collect([x.cpu() for x in xs], 'loops')
+    assert any(s.sampling is not None for s in sampled._streams.values())     # the loops sample the largest tensor unless `exact`
+    got, want = read(tri), read(loops)
+    assert got.keys() == want.keys()
+    for k in got:
+        (cg, mg, dg), (cw, mw, dw) = got[k], want[k]
+        assert torch.equal(cg, cw), k
+        assert cg.sum().item() == dg['count'] > 0, k
+        assert dg == dw, k
+        assert 'percentiles' not in dg['estimated'] and dg['histogram']['sampling_error'] == 0, k
+        for f in ('mean', 'std'): assert math.isclose(mg[f], mw[f], rel_tol=1e-12), (k, f)
+
+
+@ON
+def test_a_sketch_fed_by_the_triton_pass_merges_saves_and_loads(dev, tmp_path):
+    "A collector fed on the Triton path (its sketches' counts on the values' device) merges with one fed by the loops (tensors small enough to be taken whole), and saves and loads: the same percentiles as one collector fed every value by the loops. A `SketchRecorder` made on the CPU moves its counts to the values' device at its first record, and merges."
+    from miniai.statistics import StatisticsCollector
+    from miniai.sketch import SketchRecorder
+    xs = recorded(torch.float32, dev)
+    a, b = collect([xs[0], xs[1], xs[4]], 'triton'), collect([xs[2].cpu(), xs[3].cpu()], 'loops')
+    assert all(s.sampling is None for s in b._streams.values())
+    a.merge(b)
+    a.save(tmp_path / 's.json')
+    back = StatisticsCollector.load(tmp_path / 's.json')
+    want = collect([x.cpu() for x in xs], 'loops', exact=True).get_statistics('all').output_stats
+    for c in (a, back):
+        got = c.get_statistics('all').output_stats
+        assert (got.percentiles, got.percentile_bounds, got.count, got.estimated) == (want.percentiles, want.percentile_bounds, want.count, [])
+    r, ref = SketchRecorder(), SketchRecorder(exact=True)
+    with use_kernel('triton'):
+        for x in xs: r.record(x)
+    with use_kernel('loops'):
+        for x in xs: ref.record(x.cpu())
+    assert r.sketch.counts.device == xs[0].device and r.sampling is None
+    assert torch.equal(r.sketch.counts.cpu(), ref.sketch.counts)
+    assert torch.equal(r.merge(ref).sketch.counts.cpu(), 2 * ref.sketch.counts)
+
+
+@ON
+def test_a_hook_call_launches_at_most_three_kernels_the_collectors_six_without_syncs(dev):
+    "Per hook call on a small CNN, after the first forwards made the recorders: `ActivationStats` launches the Triton kernel twice and no torch op that launches (allocations launch nothing), the collector (input and output) four times; no host sync."
+    import torch.nn as nn
+    from miniai.activations import ActivationStats
+    from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
+    from miniai.testing import count_ops
+    torch.manual_seed(0)
+    # channels_last on a GPU, read in place; a CPU tensor is first flattened by the recorder (a copy when it is not contiguous),
+    # before it knows that Triton's interpreter serves it
+    fmt = torch.channels_last if dev == 'cuda' else torch.contiguous_format
+    model = nn.Sequential(nn.Conv2d(1, 4, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(4, 8, 3, stride=2, padding=1), nn.ReLU(),
+                          nn.Conv2d(8, 8, 3, stride=2, padding=1)).to(dev).to(memory_format=fmt)
+    x = torch.randn(8, 1, 28, 28, device=dev).to(memory_format=fmt)
+    calls = 3
+    for kind, attach, most in (('ActivationStats', lambda: ActivationStats(nn.Conv2d).attach(model), 3),
+                               ('collector', lambda: ActivationStatisticsHook(StatisticsConfig()).attach(model, nn.Conv2d), 6)):
+        with use_kernel('triton'), torch.no_grad():
+            with count_ops() as plain: model(x)
+            with attach():
+                model(x); model(x)
+                with count_launches() as cl, count_ops() as co, count_syncs() as cs: model(x)
+        ops = list(co.ops)
+        for o in plain.ops: ops.remove(o)
+        launching = [o for o in ops if not o.startswith('empty')]
+        assert cs.n == 0, (kind, cs.ops)
+        assert cl.n == calls * (2 if kind == 'ActivationStats' else 4), kind
+        assert launching == [] and cl.n / calls <= most, (kind, cl.n, launching)     # no torch op besides: no sample gathered, no copy

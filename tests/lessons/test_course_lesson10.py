@@ -373,7 +373,7 @@ def test_activation_stats_layers_aliases_every_and_findings(fit):
         # lesson 10's absolute limits (`relative=False`): every layer is "dead" (its lowest |x| bin) at this threshold
         rows = astats.diagnose(thresholds=THRESHOLDS.but(dead=0.), relative=False)
         for r in rows:
-            assert {'layer', 'mean', 'std', 'dead', 'saturated', 'nonfinite', 'flags', 'findings'} <= set(r)
+            assert {'layer', 'mean', 'std', 'dead', 'overflow', 'nonfinite', 'flags', 'findings'} <= set(r)
             dead = [f for f in r['findings'] if f['issue'] == 'dead']
             assert dead == [dict(layer=r['layer'], issue='dead', value=r['dead'], threshold=0., measure='dead')]
             assert r['flags'] == list(dict.fromkeys(f['issue'] for f in r['findings']))
