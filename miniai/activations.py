@@ -310,11 +310,11 @@ def streams(self:ActivationStats, phase='train'):
 @fc.patch
 def all_reduce(self:ActivationStats, group=None):
     "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Parameters and their gradients (`weights`, `param_grads`) merge when each rank recorded its shard (FSDP2); recorded whole, they are already the same on every rank (DDP) and stay. Returns how many were merged (0 when not distributed)."
-    from miniai.kernel import sync_recorders
+    from miniai.kernel import all_reduce_recorders
     recs = [recs[k] for phase in _PHASES for name, recs in self.recorders[phase].items() for k in sorted(recs)
             if _is_output(k) or k.startswith('grad.') and not k.startswith('grad.param.') or self._book.sharded.get(_param_of(name, k), False)]
     if self._auto: _check_same_ranges(recs, group)
-    return sync_recorders(recs, group)
+    return all_reduce_recorders(recs, group)
 
 # %% ../nbs/09h_activation_stats.ipynb #dfaf39c1
 _FEW_LAYERS = 10   # up to this many layers the plots draw as the lesson's; more get a grid, colours and a legend that stay readable
@@ -501,7 +501,7 @@ def format_diagnosis(rows):
     # (header, the entry of a row, its alignment, its least width): a column grows to its widest entry and a space
     cols = [('layer', lambda r: str(r['layer']) or '(the model)', '<', 14), ('mean', lambda r: _num(r['mean']), '>', 10),
             ('std', lambda r: _num(r['std']), '>', 10), ('dead', lambda r: f"{r['dead']:.2f}", '>', 7),
-            ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>', 7), ('over', lambda r: f"{r.get('overflow', r['saturated']):.2f}", '>', 7),
+            ('zeros', lambda r: f"{r.get('zeros', math.nan):.2f}", '>', 7), ('over', lambda r: f"{r['overflow'] if 'overflow' in r else r['saturated']:.2f}", '>', 7),
             ('NaN/Inf', lambda r: str(r['nonfinite']), '>', 9)]
     cells = [[get(r) for _, get, _, _ in cols] for r in rows]
     widths = [max([least, len(h) + 1] + [len(c[i]) + 1 for c in cells]) for i, (h, _, _, least) in enumerate(cols)]

@@ -209,7 +209,7 @@ def load_stats(path):
     return astats
 
 # %% ../nbs/10d1_runs.ipynb #c3ec80d8
-_COMPARED = ('mean', 'std', 'dead', 'saturated', 'nonfinite')
+_COMPARED = ('mean', 'std', 'dead', 'overflow', 'nonfinite')
 
 def _as_stats(x, who, name):
     "`x` as an `ActivationStats`: itself, or loaded from the folder it names."
@@ -222,8 +222,8 @@ def _common_batches(n_a, every_a, n_b, every_b):
     return steps // every_a, steps // every_b
 
 def _per_batch(rec):
-    "The series `compare_stats` compares, per recorded batch (float64): mean, std, dead and saturated fractions, NaN/Inf count."
-    return dict(mean=rec.means, std=rec.stds, dead=rec.dead, saturated=rec.saturated, nonfinite=rec.nonfinite.double())
+    "The series `compare_stats` compares, per recorded batch (float64): mean, std, dead and overflow fractions, NaN/Inf count."
+    return dict(mean=rec.means, std=rec.stds, dead=rec.dead, overflow=rec.overflow, nonfinite=rec.nonfinite.double())
 
 def _largest_gap(x, y):
     "Largest |y - x| over the batches: 0 where both are equal or both NaN, inf where only one is NaN; NaN when there is no batch."
@@ -276,10 +276,10 @@ def format_comparison(rows, labels=('A', 'B')):
     la, lb = labels
     w = max([14] + [len(str(r['layer'])) + 1 for r in rows])
     def num(v): return '-' if v != v else f'{v:.3g}' if abs(v) >= 1e5 else f'{v:.3f}'
-    lines = [f"{'layer':<{w}}{'batches':>8}{'std ' + la:>10}{'std ' + lb:>10}{'Δmean':>10}{'Δstd':>10}{'Δdead':>10}{'Δsat':>10}{'ΔNaN/Inf':>9}{'first':>7}  flags"]
+    lines = [f"{'layer':<{w}}{'batches':>8}{'std ' + la:>10}{'std ' + lb:>10}{'Δmean':>10}{'Δstd':>10}{'Δdead':>10}{'Δover':>10}{'ΔNaN/Inf':>9}{'first':>7}  flags"]
     for r in rows:
         lines.append(f"{str(r['layer']):<{w}}{r['batches']:>8}{num(r['std_a']):>10}{num(r['std_b']):>10}" +
-                     ''.join(f"{_gap_text(r[s + '_diff']):>10}" for s in ('mean', 'std', 'dead', 'saturated')) +
+                     ''.join(f"{_gap_text(r[s + '_diff']):>10}" for s in ('mean', 'std', 'dead', 'overflow')) +
                      f"{_gap_text(r['nonfinite_diff']):>9}{'-' if r['first'] is None else r['first']:>7}  {', '.join(r['flags'])}")
     lines.append(f"Δ: the largest |{lb} - {la}| of a batch both recorded; first: the first such batch whose statistics differ at all, bit for bit")
     return '\n'.join(lines)
@@ -292,7 +292,7 @@ class _Comparison(list):
 
 # %% ../nbs/10d1_runs.ipynb #1805ba5e
 def compare_stats(a, b, phase='train', layers=None, labels=('A', 'B')):
-    "Compare two runs' `ActivationStats` (or the folders `save_stats` wrote): one row per layer and output stream (gradients and parameters too), over the training batches both recorded (`every` may differ), with each run's average of mean, std, dead, saturated and NaN/Inf (`mean_a`, `mean_b`...), the largest per-batch difference of each (`mean_diff`...), `first`, the first batch (of A's) whose statistics differ at all, and `flags`. Prints as a table."
+    "Compare two runs' `ActivationStats` (or the folders `save_stats` wrote): one row per layer and output stream (gradients and parameters too), over the training batches both recorded (`every` may differ), with each run's average of mean, std, dead, overflow and NaN/Inf (`mean_a`, `mean_b`...), the largest per-batch difference of each (`mean_diff`...), `first`, the first batch (of A's) whose statistics differ at all, and `flags`. Prints as a table."
     a, b = _as_stats(a, 'compare_stats', 'a'), _as_stats(b, 'compare_stats', 'b')
     if phase not in _STATS_PHASES: raise ValueError(f"compare_stats: `phase` is 'train' or 'valid', got {phase!r}")
     if not (isinstance(labels, (list, tuple)) and len(labels) == 2 and all(isinstance(l, str) and l for l in labels)):

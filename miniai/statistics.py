@@ -30,7 +30,7 @@ MAX_HISTOGRAM_BINS = 2**20   # a histogram is read as float64 counts: 8 MB at mo
 @other_names
 @dataclass
 class StatisticsConfig:
-    "What to collect on each hooked tensor, and how much it may cost."
+    "What to collect on each hooked tensor, and how much it may cost. The streams are named by the grammar every recorder shares (lesson 09g1: `layer.kind[key]`); a field that turns a kind on is `collect_<kind>`: `collect_input` the `input` streams, `collect_weights` the `param` ones (`ActivationStats`' `weights=`), `collect_param_grads` the `param_grad` ones; `output` streams are always collected."
     # Basic statistics (all exact, from the same one pass per batch; these flags decide what is reported)
     collect_mean: bool = True
     collect_std: bool = True

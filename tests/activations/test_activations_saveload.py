@@ -237,7 +237,7 @@ def test_two_runs_that_differ_in_one_layer_only():
     assert [r['layer'] for r in rows] == ['0', '2', '4']
     for r in rows[:2]:
         assert r['flags'] == ['same'] and r['first'] is None and r['batches'] == 6
-        assert all(r[f'{s}_diff'] == 0 for s in ('mean', 'std', 'dead', 'saturated', 'nonfinite'))
+        assert all(r[f'{s}_diff'] == 0 for s in ('mean', 'std', 'dead', 'overflow', 'nonfinite'))
     last = rows[2]
     assert last['flags'] == ['differs'] and last['first'] == 0
     ra, rb = a.series()['4'], b.series()['4']
