@@ -149,7 +149,7 @@ def _check_same_ranges(recs, group):
 # %% ../nbs/09h_activation_stats.ipynb #1c7f15d4
 @other_names
 class ActivationStats(HooksCallback):
-    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on every `every`-th training batch, and on validation batches in series of their own with `on_valid`."
+    "Record mean, std and |x| histograms of the outputs of the `layers` (see `select_modules`) on the 1st, (N+1)-th, (2N+1)-th... training batch of each fit (N = `every`), and on validation batches in series of their own with `on_valid`."
     renamed = {'grads': 'output_grads'}   # an option's earlier name -> its name now (the earlier one still works, with a DeprecationWarning)
     def __init__(self, layers=None, every=1, exact=False, grads=None, bins=40, hi=10., sample=16384,
                  on_train=True, on_valid=False, *, output_grads=False, weights=False, param_grads=False, per_channel=False):
@@ -178,8 +178,11 @@ class ActivationStats(HooksCallback):
 def before_fit(self:ActivationStats, learn):
     joined = bool(self._sessions)     # a fit inside `attach` (or nested) on the same model: keep recording, reset nothing
     if not joined: self.layer_types, self._hooked_kinds = {}, {}     # filled as the hooks are made
+    unread = 0 if joined else max((r.unread for p in self.recorders.values() for rs in p.values() for r in rs.values()), default=0)
     HooksCallback.before_fit(self, learn)
     if joined: return
+    if unread: warnings.warn(f"ActivationStats: a new fit (or `attach`) starts a new recording, and the {unread} batches the previous one recorded were never read: "
+                             "they are dropped. Read them first (a plot, `diagnose`, `save`), or give each fit its own ActivationStats", UserWarning, stacklevel=2)
     self.names = [h.name for h in self.hooks]
     # phase -> layer -> output key ('0', '1'..., 'grad.0'...) -> Recorder: the first output's made now, the others when first recorded
     self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
@@ -434,7 +437,7 @@ def _layer_rows(self:ActivationStats, name, phase, tail, th, relative):
     "Layer `name`'s streams in `phase`, each as `(key, (row, findings))`: its outputs (one row saying 'not recorded' when none), then its recorded parameters, each followed by its gradient."
     streams = _streams(self.recorders[phase].get(name, {}))
     if not streams:
-        row = dict(layer=name, mean=math.nan, std=math.nan, dead=math.nan, saturated=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan)
+        row = dict(layer=name, mean=math.nan, std=math.nan, dead=math.nan, nonfinite=0, zeros=math.nan, overflow=math.nan)
         found = [finding(name, 'not recorded', None, None)]
         found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
         streams = [(None, (row, found))]
@@ -455,10 +458,12 @@ def _layer_rows(self:ActivationStats, name, phase, tail, th, relative):
 def diagnose(self:ActivationStats, tail=0.1, thresholds=THRESHOLDS, phase='train', relative=None, **limits):
     "One row per layer and output stream (and recorded parameter) over the last `tail` of the batches recorded in `phase` ('train' or 'valid'): statistics, `findings` (see `verdict`, with `thresholds` changed by `limits`), the `flags` they give, `notes` (values beyond the histogram's range) and `downstream`, the layer whose trouble this row's follows. `relative=False` judges by the absolute limits of `judge` instead, `relative=True` each std against the layer's own scale."
     if relative is not None and not isinstance(relative, bool): raise TypeError(f"diagnose: `relative` is None (the verdict), True or False, got {relative!r}")
-    if isinstance(tail, bool) or not isinstance(tail, numbers.Real) or not 0 < tail <= 1:   # NaN fails `0 < tail` too
-        raise ValueError(f"diagnose: `tail` is the fraction of the recorded batches to read, from the last, in (0, 1] (0.1: the last tenth), got {tail!r}")
+    tail = check_arg(tail, 'tail', 'diagnose', kind='real', lo=0, lo_open=True, hi=1, note='the fraction of the recorded batches to read, from the last: 0.1 the last tenth')
     if phase not in _PHASES: raise ValueError(f"diagnose: `phase` is 'train' or 'valid', got {phase!r}")
-    if 'saturated' in limits and 'overflow' not in limits: limits['overflow'] = limits['saturated']   # `saturated`: the course's name for it
+    if 'saturated' in limits and 'overflow' not in limits:   # the limit of values at the bounds, which also set the overflow note's
+        warnings.warn("diagnose: `saturated=` limits the values at an activation's bounds, and for now also the overflow note (|x| at or above `hi`): "
+                      "pass `overflow=` for that note; later `saturated=` will set only its own limit", DeprecationWarning, stacklevel=2)
+        limits['overflow'] = limits['saturated']
     th = thresholds.but(**limits) if limits else thresholds
     rows, firsts = [], []
     for name in self.names:

@@ -130,7 +130,7 @@ class Recorder:
 
     def reset(self):
         "Forget everything recorded."
-        self._rows, self._raw, self._folded, self._cache = [], [], None, None
+        self._rows, self._raw, self._folded, self._cache, self._n_read = [], [], None, None, 0
         self.n_batches, self._rng, self._tables, self._device, self._consts = 0, random.Random(self.seed), {}, None, {}
 
     def record(self, x):
@@ -205,6 +205,7 @@ class Recorder:
 def _host(self:Recorder):
     "The per-batch rows and histograms on the host, read once after each change: `(rows, hists)`."
     if self.fold: raise AttributeError("a folded Recorder keeps no rows per batch: read `total`")
+    self._n_read = self.n_batches
     if self._cache is None:
         if not self._rows: self._cache = (Moments.empty(0).t, torch.zeros(0, self.bins + 1))
         else:
@@ -266,8 +267,14 @@ def stats(self:Recorder):
 @patch(as_prop=True)
 def total(self:Recorder):
     "The `Moments` of everything recorded, as one row on the recording device."
+    self._n_read = self.n_batches
     rows = ([self._folded] if self._folded is not None else []) + self._rows
     return Moments(torch.stack(rows)).fold() if rows else Moments.empty()
+
+@patch(as_prop=True)
+def unread(self:Recorder):
+    "How many of the batches recorded have not been read yet (by its per-batch properties or `total`): 0 once read."
+    return self.n_batches - self._n_read
 
 # %% ../nbs/09c_kernel.ipynb #99db13e9
 @patch
@@ -344,6 +351,7 @@ def load_state_dict(self:Recorder, sd):
     if why: raise ValueError(f"load_state_dict: {why}")
     self._rows, self._raw = list(sd['rows'].unbind(0)), list(sd['raw'].unbind(0))
     self._folded, self.n_batches, self._cache = sd['folded'], sd['n_batches'], None
+    self._n_read = self.n_batches      # loaded from somewhere: not news
     return self
 
 @patch(cls_method=True)

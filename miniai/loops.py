@@ -65,9 +65,9 @@ def _bits_loop(ints, uints, smin, smax, umax):
 
 @njit(cache=CACHE, **OPTS)
 def _slow_block(x, st, e):
-    "`(k, mean, m2, nan, posinf, neginf, min, max)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two."
+    "`(k, mean, m2, nan, posinf, neginf, min, max, base, offset)` of block `x[st:e]` value by value: NaN/Inf counted, the finite values scaled by a power of two; the mean also as its first finite value `base` plus a small `offset`, which merges without rounding the mean."
     k = nan = pinf = ninf = 0
-    big, mn, mx = 0., np.inf, -np.inf
+    big, mn, mx, first = 0., np.inf, -np.inf, 0.
     for i in range(st, e):
         v = np.float64(x[i])
         if v != v: nan += 1
@@ -75,8 +75,9 @@ def _slow_block(x, st, e):
         elif v == -np.inf: ninf += 1
         else:
             k += 1
+            if k == 1: first = v
             big = max(big, abs(v)); mn = min(mn, v); mx = max(mx, v)
-    if k == 0: return 0, 0., 0., nan, pinf, ninf, mn, mx
+    if k == 0: return 0, 0., 0., nan, pinf, ninf, mn, mx, 0., 0.
     sc = math.ldexp(1., min(-math.frexp(big)[1], 1000)) if big > 0 else 1.
     s = 0.
     for i in range(st, e):
@@ -89,7 +90,8 @@ def _slow_block(x, st, e):
         if np.isfinite(v):
             d = v * sc - mb
             q += d * d; c += d
-    return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx
+    rel = ((mb - first * sc) + c / k) / sc    # the mean as its first finite value plus a small offset, as the fast blocks give it
+    return k, (mb + c / k) / sc, (max(q - c * c / k, 0.) / sc) / sc, nan, pinf, ninf, mn, mx, first, rel
 
 # %% ../nbs/09c1_loops.ipynb #9c82da7e
 @njit(cache=CACHE, **OPTS)
@@ -122,11 +124,10 @@ def _pass_loop(x, ints, uints, low, high, zeros, ranges, minmax, out, sidx, g):
                 if not bits: smin, smax, umax = ints[st], ints[st], uints[st]
                 smin, smax, umax = _bits_loop(ints[st:e], uints[st:e], smin, smax, umax); bits = True
         else:
-            k, mb, m2b, a, b, cc, bmn, bmx = _slow_block(x, st, e)
+            k, mb, m2b, a, b, cc, bmn, bmx, base, rel = _slow_block(x, st, e)
             nan += a; pinf += b; ninf += cc
             fmn = min(fmn, bmn); fmx = max(fmx, bmx)
             if k == 0: continue
-            base, rel = mb, 0.
         if n == 0:
             n, mean, m2, K0, off = k, mb, m2b, base, rel
             continue

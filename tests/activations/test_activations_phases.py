@@ -141,3 +141,20 @@ def test_a_sample_of_16_or_none_records(sample):
     astats = ActivationStats(sample=sample)
     with astats.attach(m): m(torch.randn(5000, 4))
     assert int(astats.series()['0'].hists.sum()) == 20000      # every value counted once in the histogram
+
+
+def test_a_new_recording_names_the_unread_batches_it_drops():
+    "A second `attach` (or fit) starts a new recording, as the course's callbacks do; batches never read are named in a warning, not dropped silently."
+    model, a = mlp(), ActivationStats()
+    def run(n):
+        with a.attach(model):
+            for _ in range(n): model(torch.randn(5, 6)).sum().backward()
+    run(3)
+    with pytest.warns(UserWarning, match='the 3 batches the previous one recorded were never read'): run(2)
+    assert [len(r) for r in a.series().values()] == [2, 2]
+    a.color_dim()                                        # read: nothing unread is dropped next time
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        run(1)
+    assert [len(r) for r in a.series().values()] == [1, 1]
+    assert Recorder().unread == 0

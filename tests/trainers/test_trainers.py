@@ -93,6 +93,22 @@ def test_lightning_statistics_cb_keeps_phases_apart(L):
     got = sorted(zip(cb.history_phases, [h['net.0'].n_updates for h in cb.history]))
     assert got == [('train', 4), ('train', 4), ('valid', 2), ('valid', 2)]
 
+def test_lightning_second_fit_says_what_it_drops(L):
+    "One ActivationStats given to a second Trainer.fit: as with the Learner, the second fit starts a new recording; the 4 batches of the first, never read, are named in a warning, not dropped silently. Read before, no warning."
+    fit = L[0]
+    astats = ActivationStats()
+    fit(lightning_callback(astats), max_steps=4)
+    assert counts(astats, 'train') == [4, 4]
+    with pytest.warns(UserWarning, match='the 4 batches the previous one recorded were never read'):
+        fit(lightning_callback(astats), max_steps=3)
+    assert counts(astats, 'train') == [3, 3]
+    astats.diagnose()                                   # read: the next fit drops nothing unread
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', UserWarning)
+        warnings.filterwarnings('ignore', '.*(does not have many workers|no `val_dataloader`|LeafSpec).*')
+        fit(lightning_callback(astats), max_steps=2)
+    assert counts(astats, 'train') == [2, 2]
+
 def _seen(fit, count, every=2):
     "The batches (by number) whose forward `every` and `count` record, over 4 optimizer steps of 2 micro-batches."
     seen = []

@@ -167,7 +167,7 @@ def test_a_learning_rate_that_diverges_names_the_model_and_lowering_it():
     assert all(r['layer'] for r in healthy.diagnose())      # a run that trains has no row for the model
 
 def test_format_diagnosis_keeps_numbers_in_their_columns():
-    base = dict(mean=0.5, std=1., dead=0.1, saturated=0., zeros=0., overflow=0., nonfinite=0, flags=[], findings=[], notes=[], downstream=None)
+    base = dict(mean=0.5, std=1., dead=0.1, zeros=0., overflow=0., nonfinite=0, flags=[], findings=[], notes=[], downstream=None)
     rows = [dict(base, layer='x'), dict(base, layer='a.very.long.name.of.a.layer.deep.inside', mean=-1.23456e-7, std=2.5e7),
             dict(base, layer='n', mean=math.nan, std=math.inf, dead=math.nan, nonfinite=123456789012, flags=['no finite values']),
             dict(base, layer='neg', mean=-98765.4, std=-0.0)]
@@ -181,7 +181,8 @@ def test_format_diagnosis_keeps_numbers_in_their_columns():
 def test_old_keywords_still_work():
     a = train(gpt2(), lm_batch, steps=3)
     assert flagged(a) == {}
-    assert a.diagnose(saturated=0.2) == a.diagnose(overflow=0.2)         # the note's limit, by its old name
+    with pytest.warns(DeprecationWarning, match='overflow='):
+        assert a.diagnose(saturated=0.2) == a.diagnose(overflow=0.2)     # the note's limit, by its old name
     assert any(r['flags'] for r in a.diagnose(relative=False))            # the absolute limits, on request
     a.diagnose(relative=True); a.diagnose(thresholds=THRESHOLDS.but(peers=None, vanishing_std=0.1))
 
