@@ -59,7 +59,8 @@ def _traced_call(key, args):
         kind = 't' if isinstance(a, torch.Tensor) else 'd' if isinstance(a, dict) else f'l{len(a)}\x02' if isinstance(a, (tuple, list)) else 'n'
         parts.append(kind + '\x00'.join(k for k, _ in items))
         ts += [t for _, t in items]
-    torch.ops.miniai.hook(_TOKEN, key, '\x01'.join(parts), ts)
+    # the layout starts with the forward's grad mode: compiled code runs the op with grad off, the hook runs as the forward would
+    torch.ops.miniai.hook(_TOKEN, key, ('g' if torch.is_grad_enabled() else 'n') + '\x01'.join(parts), ts)
     return None
 
 def _rebuild(part, ts):
@@ -76,7 +77,8 @@ def _rebuild(part, ts):
     return dict(zip(keys, ts))
 
 def _run_hook(key, layout, ts):
-    "The op's body, run with real tensors: the live hook `key` called as torch would call it eagerly (nothing once the hook is gone). A hook that keeps a tensor copies it: compiled code may reuse its memory."
+    "The op's body, run with real tensors: the live hook `key` called as torch would call it eagerly, under the forward's grad mode (nothing once the hook is gone). A hook that keeps a tensor copies it: compiled code may reuse its memory."
+    grad, layout = layout[0] == 'g', layout[1:]
     fn = _LIVE.get(key)
     mod = None if fn is None else fn.mod()
     if mod is None: return
@@ -85,7 +87,7 @@ def _run_hook(key, layout, ts):
         keys = part.split('\x02', 1)[1] if part[0] == 'l' else part[1:]
         n = 1 if part[0] == 't' else 0 if part[0] == 'n' or not keys else keys.count('\x00') + 1
         args.append(_rebuild(part, ts[i:i + n])); i += n
-    fn(*args)
+    with torch.set_grad_enabled(grad): fn(*args)
 
 if hasattr(torch, 'library') and hasattr(torch.library, 'custom_op') and not hasattr(_shared, 'op'):
     @torch.library.custom_op('miniai::hook', mutates_args=('token',))
@@ -378,8 +380,8 @@ class HooksCallback(Callback):
         try: compiled = compiled_parts(model)
         except ValueError as e: raise ValueError(f"{type(self).__name__}: {e}") from None
         if compiled and getattr(self, 'grads', False):
-            raise ValueError(f"{type(self).__name__}: `grads=True` records gradients with hooks on the output tensors, which code compiled by "
-                             "torch.compile does not call: record gradients with the uncompiled model (`model._orig_mod`), or drop `grads`")
+            raise ValueError(f"{type(self).__name__}: `output_grads=True` records gradients with hooks on the output tensors, which code compiled by "
+                             "torch.compile does not call: record gradients with the uncompiled model (`model._orig_mod`), or drop `output_grads`")
         picked = select_modules(model, self.layers)
         if not picked: warnings.warn(f"{type(self).__name__}: no module matched `layers`; nothing will be recorded")
         _check_unique_names(picked, type(self).__name__)

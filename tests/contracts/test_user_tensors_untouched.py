@@ -70,7 +70,7 @@ def _tools(dtype):
     "Each tool as a function that hooks `model` within an ExitStack and returns what to check it recorded."
     tmp = Path(tempfile.mkdtemp())
     def astats(stack, model, grads):
-        cb = ActivationStats(nn.Conv2d, grads=grads)
+        cb = ActivationStats(nn.Conv2d, output_grads=grads)
         stack.enter_context(cb.attach(model)); return cb
     def collector(stack, model):
         st = ActivationStatisticsHook(StatisticsConfig(collect_histogram=True, collect_sparsity=True, collect_percentiles=[1, 50, 99]))
@@ -81,7 +81,7 @@ def _tools(dtype):
     def debuggers(stack, model):
         fm, ad = FeatureMapDebugger('0'), ActivationStatsDebugger('2')
         stack.enter_context(fm.attach(model)); stack.enter_context(ad.attach(model)); return fm
-    return {'ActivationStats': lambda s, m: astats(s, m, False), 'ActivationStats(grads=True)': lambda s, m: astats(s, m, True),
+    return {'ActivationStats': lambda s, m: astats(s, m, False), 'ActivationStats(output_grads=True)': lambda s, m: astats(s, m, True),
             'ActivationStatisticsHook': collector, 'SavingHook': saving, 'debuggers': debuggers}
 
 TOOL_NAMES = list(_tools(torch.float32))

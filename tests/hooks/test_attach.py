@@ -115,7 +115,7 @@ def forwards_of(model):
 @pytest.mark.parametrize('grads', [False, True])
 def test_a_model_copied_and_saved_inside_fit_records_nothing(grads):
     model = mlp()
-    a, cp = ActivationStats(grads=grads), CopyCB()
+    a, cp = ActivationStats(output_grads=grads), CopyCB()
     Learner(model, dls(n_train=3), F.cross_entropy, lr=0.1, cbs=[TrainCB(), a, cp]).fit(1, valid=False)
     assert counts(a) == [3, 3, 3]
     x, y = data()
@@ -129,7 +129,7 @@ def test_a_model_copied_and_saved_inside_fit_records_nothing(grads):
 @pytest.mark.parametrize('grads', [False, True])
 def test_a_model_copied_and_saved_inside_attach(grads):
     model, plain, (x, y) = mlp(), mlp(), data()
-    a = ActivationStats(grads=grads)
+    a = ActivationStats(output_grads=grads)
     with a.attach(model):
         step(model, x, y)
         twin = copy.deepcopy(model)
@@ -149,7 +149,7 @@ def test_a_model_copied_and_saved_inside_attach(grads):
 
 def test_paused_forwards_record_nothing_and_are_not_counted_by_every():
     model, (x, y) = mlp(), data()
-    a = ActivationStats(every=2, grads=True)
+    a = ActivationStats(every=2, output_grads=True)
     with a.attach(model):
         step(model, x, y)                      # forward 1: recorded
         with paused_recording(): step(model, x, y); step(model, x, y)   # neither recorded nor counted
@@ -159,7 +159,7 @@ def test_paused_forwards_record_nothing_and_are_not_counted_by_every():
         assert counts(a) == [2, 2, 2]
     assert a._n_train == 4 and len(a.hooks[0].recorders['grad.0']) == 2
     # a backward run while recording is paused records no gradient either
-    b = ActivationStats(grads=True)
+    b = ActivationStats(output_grads=True)
     with b.attach(model):
         loss = F.cross_entropy(model(x), y)
         with paused_recording(): loss.backward()
@@ -195,7 +195,7 @@ def test_activation_stats_leaves_inputs_outputs_and_gradients_bit_identical(kern
     x, y = data(dtype=dtype)
     x = x * 4                                  # activations past the first histogram bins, some in the overflow bin
     x_before = x.clone()
-    a = ActivationStats(grads=grads, layers=(nn.Linear, nn.ReLU))
+    a = ActivationStats(output_grads=grads, layers=(nn.Linear, nn.ReLU))
     seen = {}
     def keep(name):   # registered after miniai's hooks: what the next layer and the user see
         return lambda m, i, o: seen.setdefault(name, []).append(o.detach().clone())

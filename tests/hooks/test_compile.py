@@ -1,7 +1,8 @@
 """A torch.compile'd model: hooks attached after compiling record, each hook call one opaque `miniai::hook` op in the
 compiled graph (no graph break), the numbers the very ones of the eager model; on exit the code compiled before comes back
 (no recompile, nothing hooked). What compiled code cannot do is refused when attaching, saying what to do: a model compiled
-in place (`nn.Module.compile`) and `grads=True`. Tiny models and dynamo's 'eager' / 'aot_eager' backends (no C++ compiler)."""
+in place (`nn.Module.compile`) and `output_grads=True`. The hooks run under the forward's grad mode, as in eager code,
+so the parameters' gradients are recorded. Tiny models and dynamo's 'eager' / 'aot_eager' backends (no C++ compiler)."""
 import warnings
 import pytest, torch
 from torch import nn
@@ -111,11 +112,62 @@ def test_hooks_registered_before_compiling_and_keyword_inputs():
     assert cb.calls == {'inner': 1} and got == [(2, None, ['scale'], 8.0)]
 
 
+def test_hooks_run_under_the_forwards_grad_mode_and_param_grads_are_the_eager_ones():
+    "Compiled code runs its graph without grad; the hooks it calls run as the forward would (grad on, or off under `torch.no_grad`), so that `ActivationStats(param_grads=True)` and the collector's `collect_param_grads` record the eager run's parameter gradients, with no graph break and one graph per grad mode."
+    from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
+    from miniai.param_book import NO_GRAD
+    m = cnn()
+    cm = torch.compile(m, backend='aot_eager')
+    cm(XS[0])
+    modes = []
+    dynamo.utils.counters.clear()
+    with HooksCallback(lambda h, mod, inp, out: modes.append(torch.is_grad_enabled()), layers='0').attach(cm):
+        cm(XS[1])
+        with torch.no_grad(): cm(XS[1])
+        cm(XS[2])
+    stats, breaks = counters()
+    assert modes == [True, False, True] and breaks == 0 and stats['unique_graphs'] == 2   # the hooked forward with grad, then without
+    def run(cb, compiled):
+        m = cnn()
+        run = torch.compile(m, backend='aot_eager') if compiled else m
+        if compiled: run(XS[0])
+        return train(m, run, cb)
+    dynamo.utils.counters.clear()
+    eager, comp = run(ActivationStats(param_grads=True), False), run(ActivationStats(param_grads=True), True)
+    assert counters()[1] == 0
+    want = eager.params(grads=True)
+    assert sorted(want) == ['0.bias', '0.weight', '2.bias', '2.weight', '5.bias', '5.weight'] and len(want['0.weight']) == 3
+    got = comp.params(grads=True)
+    assert sorted(got) == sorted(want) and all('grad.param' not in comp.skipped[n] for n in comp.names)
+    for k, rec in want.items():
+        assert len(got[k]) == 3
+        torch.testing.assert_close(got[k].means, rec.means, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(got[k].stds, rec.stds, rtol=1e-4, atol=1e-6)
+    eager, comp = (run(ActivationStatisticsHook(StatisticsConfig(collect_param_grads=True, collect_percentiles=[])), c) for c in (False, True))
+    e, c = eager.export_statistics(), comp.export_statistics()
+    for n in ('0', '2', '5'):
+        assert 'param_grads_reason' not in c[n] and 'param_grads_reason' not in e[n]
+        for pn in ('weight', 'bias'):
+            a, b = e[n]['param_grads'][pn], c[n]['param_grads'][pn]
+            assert a['count'] == b['count'] == 3 * m.get_parameter(f'{n}.{pn}').numel()
+            assert b['mean'] == pytest.approx(a['mean'], rel=1e-4, abs=1e-6) and b['std'] == pytest.approx(a['std'], rel=1e-4, abs=1e-6)
+    # training forwards under torch.no_grad: no `.grad` belongs to them, compiled as eagerly, and the reason says so
+    for compiled in (False, True):
+        m = cnn()
+        run = torch.compile(m, backend='aot_eager') if compiled else m
+        st, coll = ActivationStats(param_grads=True), ActivationStatisticsHook(StatisticsConfig(collect_param_grads=True, collect_percentiles=[]))
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', NothingRecordedWarning)
+            with st.attach(run), coll.attach(run), torch.no_grad(): run(XS[0]); run(XS[1])
+        assert st.params(grads=True) == {} and all(st.skipped[n]['grad.param'] == NO_GRAD for n in st.names), compiled
+        assert all(coll.export_statistics()[n]['param_grads_reason'] == NO_GRAD for n in ('0', '2', '5')), compiled
+
+
 def test_what_compiled_code_cannot_do_is_refused_when_attaching():
     m = cnn()
     cm = torch.compile(m, backend='eager')
-    with pytest.raises(ValueError, match=r"ActivationStats: `grads=True` records gradients .* torch.compile does not call: record gradients with the uncompiled model"):
-        with ActivationStats(grads=True).attach(cm): pass
+    with pytest.raises(ValueError, match=r"ActivationStats: `output_grads=True` records gradients .* torch.compile does not call: record gradients with the uncompiled model"):
+        with ActivationStats(output_grads=True).attach(cm): pass
     assert not hooks_left(m) and vars(cm)['forward'] is cm.forward
     m.compile(backend='eager')                       # compiled in place: no wrapper whose forward could be compiled afresh
     for cb in (ActivationStats(), HooksCallback(lambda *a: None)):

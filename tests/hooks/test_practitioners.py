@@ -184,7 +184,7 @@ def test_attach_and_fit_refuse_a_compiled_model_and_say_what_to_do():
     outer[1].compile()                                                              # a part compiled in place, named
     with pytest.raises(ValueError, match=r"the model's layer '1' is compiled in place"): ActivationStats().attach(outer).__enter__()
     cm = torch.compile(resnetish())                                                 # gradients: hooks compiled code never calls
-    with pytest.raises(ValueError, match=r"`grads=True` .* torch.compile does not call"): ActivationStats(grads=True).attach(cm).__enter__()
+    with pytest.raises(ValueError, match=r"`output_grads=True` .* torch.compile does not call"): ActivationStats(output_grads=True).attach(cm).__enter__()
     assert not hooks_left(cm)
 
 
@@ -230,7 +230,7 @@ def recorded(cb):
 def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentrant):
     runs = {}
     for mode in (None, reentrant):
-        m, cb = Ckpt(mode), ActivationStats(grads=True)
+        m, cb = Ckpt(mode), ActivationStats(output_grads=True)
         with warnings.catch_warnings():
             warnings.simplefilter('error', CalledTwiceWarning)     # a recomputation is no second call
             Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
@@ -244,13 +244,13 @@ def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentr
 
 @pytest.mark.parametrize('reentrant', [False, True])
 def test_checkpointing_under_attach_counts_once_for_stats_and_the_collector(reentrant):
-    m, cb, col = Ckpt(reentrant), ActivationStats(grads=True), ActivationStatisticsHook()
+    m, cb, col = Ckpt(reentrant), ActivationStats(output_grads=True), ActivationStatisticsHook()
     with cb.attach(m), col.attach(m):
         for _ in range(3): m(torch.randn(4, 6)).sum().backward()
     assert [(len(h.stats[0]), len(h.recorders['grad.0'])) for h in cb] == [(3, 3)] * 3 and cb._n_recorded == 3
     assert col.call_count == 9 and {n: d['total_samples'] for n, d in col._modules.items()} == {'a': 12, 'mid.0': 12, 'c': 12}
     # the whole model checkpointed (its own forward pre-hook runs again in backward), with the middle block nested inside
-    m, cb = Ckpt(reentrant), ActivationStats(grads=True)
+    m, cb = Ckpt(reentrant), ActivationStats(output_grads=True)
     with cb.attach(m), warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='None of the inputs have requires_grad')   # torch's, for the nested reentrant one
         for _ in range(3): checkpoint(m, torch.randn(4, 6, requires_grad=True), use_reentrant=reentrant).sum().backward()
@@ -309,7 +309,7 @@ def deep(n):
         layer2=nn.Sequential(nn.Linear(6, 6), nn.Tanh())))))) for i in range(n)))
 
 def stats_of(n, grads=False):
-    m, cb = deep(n), ActivationStats(grads=grads)
+    m, cb = deep(n), ActivationStats(output_grads=grads)
     with cb.attach(m):
         for _ in range(3): m(torch.randn(4, 6)).sum().backward()
     return cb
