@@ -18,8 +18,8 @@ __all__ = []
 
 # %% ../nbs/09g1_param_book.ipynb #c8bdeb6d
 FROZEN = 'frozen: requires_grad is False, so it gets no gradient'
-NO_GRAD = ("its recorded training calls ran without grad (under torch.no_grad, or inside code compiled by torch.compile, which runs "
-           "hooks without grad), so no `.grad` belongs to them: record parameter gradients with the model run eagerly, with grad on")
+NO_GRAD = ("its recorded training calls ran without grad (under torch.no_grad or torch.inference_mode, or the first forward of a "
+           "checkpoint that runs without grad), so no `.grad` belongs to them: record parameter gradients from forwards run with grad on")
 NO_BACKWARD = 'no backward after a recorded training call of the module, or no parameters of its own that require grad'
 
 class ParamBook:
