@@ -68,16 +68,12 @@ class StatisticsConfig:
         if self.histogram_bins > MAX_HISTOGRAM_BINS:
             raise ValueError(f"histogram_bins must be at most MAX_HISTOGRAM_BINS={MAX_HISTOGRAM_BINS} (8 bytes per bin and histogram when read), got {self.histogram_bins}")
         if self.max_samples is not None: check_arg(self.max_samples, 'max_samples', lo=0, fmt='{name} must be an int >= 0 or None, got {got}')
-        for k in ('collect_weights', 'collect_param_grads'):
-            if not isinstance(getattr(self, k), (bool, np.bool_)): raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
-            setattr(self, k, bool(getattr(self, k)))
+        for k in ('collect_weights', 'collect_param_grads'): setattr(self, k, check_arg(getattr(self, k), k, kind='bool', fmt='{name} must be True or False, got {got}'))
         pc = self.per_channel
         if isinstance(pc, (bool, np.bool_)): self.per_channel = bool(pc)
         elif isinstance(pc, (int, np.integer)): self.per_channel = int(pc)
         else: raise TypeError(f"per_channel must be True (channels on dim 1), False or the channel dim (an int), got {pc!r}")
-        mb = self.max_memory_mb
-        if mb is not None and not (is_number(mb) and math.isfinite(mb) and mb >= 0):
-            raise ValueError(f"max_memory_mb must be a finite number >= 0 (None: no limit), got {mb!r}")
+        check_arg(self.max_memory_mb, 'max_memory_mb', kind='real', lo=0, none='no limit', fmt='{name} must be a finite number >= 0 (None: no limit), got {got}')
 
 
 # %% ../nbs/10a_statistics.ipynb #913e817b
