@@ -14,6 +14,7 @@ from .learner import Callback
 from .activations import ActivationStats
 from .statistics import StatisticsCollector, percentile_key
 from .monitoring import StatisticsCB
+from .param_book import stream_name
 
 
 # %% auto #0
@@ -121,7 +122,7 @@ def _write_series(self:TensorBoardCB, a, phase):
                        overflow_fraction=rec.overflow.nan_to_num(0.))
         hists = rec.hists
         for i in range(first, end):
-            step, tag = start + i * every, f'{prefix}/{name}'
+            step, tag = start + i * every, f'{prefix}/{stream_name(name, "output")}'
             for k, v in scalars.items(): self.writer.add_scalar(f'{tag}/{k}', float(v[i]), step)
             body = hists[i].double()[:-1]
             if float(body.sum()) > 0:
@@ -147,12 +148,12 @@ def _write_runwide(self:TensorBoardCB, coll, step):
         vals = dict(mean=o.mean, std=o.std, min=o.min, max=o.max, nonfinite=o.nonfinite, count=o.count, sparsity=o.sparsity_ratio)
         vals.update({f'p{percentile_key(p)}': v for p, v in o.percentiles.items()})
         for k, v in vals.items():
-            if v is not None: self.writer.add_scalar(f'{self.prefix}/{name}/{k}', float(v), step)
+            if v is not None: self.writer.add_scalar(f'{self.prefix}/{stream_name(name, "output")}/{k}', float(v), step)
         for kind, ps in (('param', st.params), ('param_grad', st.param_grads)):   # `collect_weights`, `collect_param_grads`
             for pn, t in ps.items():
                 for k in ('mean', 'std', 'min', 'max', 'nonfinite'):
                     v = getattr(t, k)
-                    if v is not None: self.writer.add_scalar(f'{self.prefix}/{name}.{kind}[{pn}]/{k}', float(v), step)
+                    if v is not None: self.writer.add_scalar(f'{self.prefix}/{stream_name(name, kind, pn)}/{k}', float(v), step)
         done += 1
     return done
 

@@ -159,10 +159,10 @@ def test_two_ranks_under_torchrun(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     ea = EventAccumulator(str(tb)); ea.Reload()
     for row in summary['layers']:
-        means = ea.Scalars(f"activations/{row['layer']}/mean")
+        means = ea.Scalars(f"activations/{row['layer']}.output/mean")
         assert [e.step for e in means] == list(range(8))                          # 8 merged batches, not 8 per rank
         assert means[-1].value == pytest.approx(row['mean'], rel=1e-6, abs=1e-9)  # diagnose reads the last batch (tail of 8)
-        bad = ea.Scalars(f"activations/{row['layer']}/nonfinite")
+        bad = ea.Scalars(f"activations/{row['layer']}.output/nonfinite")
         assert sum(e.value for e in bad) == row['nonfinite']
 
 def test_a_failing_rank_fails_the_run(tmp_path):

@@ -19,7 +19,7 @@ def learner(*cbs):
     torch.manual_seed(0)
     return Learner(nn.Sequential(nn.Linear(4, 5), nn.ReLU(), nn.Linear(5, 3)), dls(), F.cross_entropy, lr=0.1, cbs=[TrainCB(), *cbs])
 
-def steps(log_dir, tag='activations/0/mean'):
+def steps(log_dir, tag='activations/0.output/mean'):
     ea = EventAccumulator(str(log_dir), size_guidance={'scalars': 0}); ea.Reload()
     return sorted(e.step for e in ea.Scalars(tag))   # one event file per writer: files of one second sort by a per-process counter, '10' before '9'
 
@@ -40,7 +40,7 @@ def test_new_callback_on_a_folder_starts_after_its_last_step(tmp_path):
     learner(ActivationStats(['0']), TensorBoardCB(tmp_path/'other')).fit(1)   # a run of its own: a fresh folder starts at 0
     assert steps(tmp_path/'other') == [0, 1, 2]
     learner(ActivationStats(['0']), TensorBoardCB(tmp_path, prefix='acts')).fit(1)   # another prefix: its own count
-    assert steps(tmp_path, 'acts/0/mean') == [0, 1, 2]
+    assert steps(tmp_path, 'acts/0.output/mean') == [0, 1, 2]
 
 def test_start_step(tmp_path):
     learner(ActivationStats(['0']), TensorBoardCB(tmp_path, start_step=10)).fit(1)
@@ -71,5 +71,5 @@ def test_a_loop_that_closes_and_writes_again_writes_each_batch_once(tmp_path, ev
         tb.write(); tb.close()
     assert steps(tmp_path) == expected and tb.next_step == 5 + (every == 2)   # the next recorded batch: 5, or 6 with every=2
     means = EventAccumulator(str(tmp_path), size_guidance={'scalars': 0}); means.Reload()
-    written = [e.value for e in sorted(means.Scalars('activations/0/mean'), key=lambda e: e.step)]
+    written = [e.value for e in sorted(means.Scalars('activations/0.output/mean'), key=lambda e: e.step)]
     assert written == pytest.approx(astats.series()['0'].means.tolist(), rel=1e-6)   # the batches' own numbers, in order

@@ -29,10 +29,10 @@ def events(log_dir, tag):
 def test_training_and_validation_are_separate_tags(tmp_path):
     astats = ActivationStats(['0'], on_valid=True)
     Learner(model(), dls(), F.cross_entropy, lr=0.1, cbs=[TrainCB(), astats, TensorBoardCB(tmp_path)]).fit(2)
-    steps, vals = events(tmp_path, 'activations/0/mean')
+    steps, vals = events(tmp_path, 'activations/0.output/mean')
     assert steps == list(range(6))                                           # 2 epochs of 3 training batches
     assert vals == pytest.approx(astats.series('train')['0'].means.tolist(), rel=1e-6)
-    vsteps, vvals = events(tmp_path, 'activations_valid/0/mean')
+    vsteps, vvals = events(tmp_path, 'activations_valid/0.output/mean')
     assert vsteps == list(range(6))                                          # 2 epochs of 3 validation batches, numbered apart
     assert vvals == pytest.approx(astats.series('valid')['0'].means.tolist(), rel=1e-6)
 
@@ -40,12 +40,12 @@ def test_statistics_cb_writes_run_wide_scalars_after_each_epoch(tmp_path):
     cb = StatisticsCB(StatisticsConfig(collect_sparsity=True, collect_percentiles=[50, 99], collect_input=False), layers=['0', '1'])
     learn = Learner(model(), dls(), F.cross_entropy, lr=0.1, cbs=[TrainCB(), cb, TensorBoardCB(tmp_path)])   # found among the callbacks
     learn.fit(2)
-    steps, vals = events(tmp_path, 'activations/1/sparsity')
+    steps, vals = events(tmp_path, 'activations/1.output/sparsity')
     assert steps == [2, 5]                                                    # the last training batch of each epoch
     st = cb.stats.get_all_statistics()
     assert vals[-1] == pytest.approx(st['1'].output_stats.sparsity_ratio, rel=1e-6)
-    for k in ('mean', 'std', 'min', 'max', 'count', 'nonfinite', 'p50', 'p99'): assert events(tmp_path, f'activations/0/{k}')[0] == [2, 5], k
-    assert events(tmp_path, 'activations/0/count')[1][-1] == st['0'].output_stats.count == 6 * 8 * 5
+    for k in ('mean', 'std', 'min', 'max', 'count', 'nonfinite', 'p50', 'p99'): assert events(tmp_path, f'activations/0.output/{k}')[0] == [2, 5], k
+    assert events(tmp_path, 'activations/0.output/count')[1][-1] == st['0'].output_stats.count == 6 * 8 * 5
 
 def test_collector_from_a_plain_loop(tmp_path):
     "No Learner: a collector attached to the model, `write(step)` as the loop goes, `close()` at the end of the `with` block."
@@ -58,10 +58,10 @@ def test_collector_from_a_plain_loop(tmp_path):
             assert tb.write(step) == 2                                        # two layers
             means.append(coll.get_statistics('2').output_stats.mean)
     assert tb.writer is None                                                  # closed by the `with` block
-    steps, vals = events(tmp_path, 'activations/2/mean')
+    steps, vals = events(tmp_path, 'activations/2.output/mean')
     assert steps == [0, 1, 2] and vals == pytest.approx(means, rel=1e-6)
     with TensorBoardCB(tmp_path, coll) as tb2: tb2.write()                    # a new writer on the folder goes on after its last step
-    assert sorted(events(tmp_path, 'activations/2/mean')[0]) == [0, 1, 2, 3]   # two event files: read in their names' order, which a second may tie
+    assert sorted(events(tmp_path, 'activations/2.output/mean')[0]) == [0, 1, 2, 3]   # two event files: read in their names' order, which a second may tie
 
 def test_activation_stats_from_a_plain_loop(tmp_path):
     net, astats = model(), ActivationStats(['0', '2'], every=2)
@@ -70,7 +70,7 @@ def test_activation_stats_from_a_plain_loop(tmp_path):
         for xb, yb in list(dls().train) * 2: net(xb)                          # 6 training forwards: 1st, 3rd, 5th recorded
         assert tb.write() == 2 * 3
     tb.close()
-    steps, vals = events(tmp_path, 'activations/2/std')
+    steps, vals = events(tmp_path, 'activations/2.output/std')
     assert steps == [0, 2, 4] and vals == pytest.approx(astats.series('train')['2'].stds.tolist(), rel=1e-6)
     assert tb.next_step == 6
 
