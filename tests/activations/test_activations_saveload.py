@@ -305,10 +305,10 @@ def test_a_loaded_run_goes_to_tensorboard(tmp_path):
     loaded = load_stats(save_stats(run, tmp_path/'saved'))
     with TensorBoardCB(tmp_path/'tb', astats=loaded) as tb: assert tb.write() == 3 * 3 + 3 * 2   # 3 layers with a series ('count' is skipped)
     ea = EventAccumulator(str(tmp_path/'tb'), size_guidance={'scalars': 0, 'histograms': 0}); ea.Reload()
-    stds = ea.Scalars('activations/head/std')
+    stds = ea.Scalars('activations/head.output/std')
     assert [e.step for e in stds] == [0, 2, 4]                                     # every=2: training batches 0, 2, 4
     assert [e.value for e in stds] == [float(np.float32(v)) for v in run.series()['head'].stds.tolist()]
-    assert len(ea.Scalars('activations_valid/head/std')) == 2
+    assert len(ea.Scalars('activations_valid/head.output/std')) == 2
 
 
 def test_the_earlier_option_name_works_warns_and_a_folder_saved_under_it_loads(tmp_path):
