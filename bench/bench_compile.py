@@ -72,7 +72,7 @@ times = interleaved(steps, a.rounds, reps=a.reps)
 for b in reversed(blocks): b.__exit__(None, None, None)
 b3, g3 = counts()
 
-n_rec = {n: [len(st.recorders['train'][k]['0']) for k in st.names] for n, st in (('eager+stats', st_eager), ('compiled+stats', st_comp), ('after', st_after))}
+n_rec = {n: [len(st.recorders['train'][k]['output']) for k in st.names] for n, st in (('eager+stats', st_eager), ('compiled+stats', st_comp), ('after', st_after))}
 n_rec['compiled+noop'] = list(noop.calls.values())
 print(f"torch {torch.__version__}, backend {a.backend}, {cpu_name()}, {a.threads} torch thread(s), batch {a.bs}; "
       f"load average at the end: {', '.join(f'{v:.1f}' for v in __import__('os').getloadavg())}")

@@ -23,7 +23,7 @@ from .findings import *
 from .findings import format_finding
 from .findings import finding, stream_row, judge_rows
 from .core import check_arg
-from .param_book import ParamBook, NO_GRAD, stream_name_of_key
+from .param_book import ParamBook, NO_GRAD, StreamKeys, kind_of_key
 
 # %% auto #0
 __all__ = ['append_stats', 'get_hist', 'get_min', 'ActivationStats', 'diagnose', 'format_diagnosis', 'Hook', 'Hooks',
@@ -115,8 +115,8 @@ class _StatsHook(Hook):
             o.layer_types[self.name], o._hooked_kinds[self.name] = _layer_type(m), _kind(m)
     @property
     def recorders(self):
-        "{key: `Recorder`} of this layer's training forwards: its outputs ('0', '1'...), and their gradients ('grad.0'...) with `grads`, its parameters ('param.weight'...) with `weights`, their `.grad` ('grad.param.weight'...) with `param_grads`."
-        return self._owner().recorders['train'].get(self.name, {})
+        "{key: `Recorder`} of this layer's training forwards: its outputs ('output', 'output[1]'...), and their gradients ('output_grad'...) with `output_grads`, its parameters ('param[weight]'...) with `weights`, their `.grad` ('param_grad[weight]'...) with `param_grads`."
+        return self._owner().recorders['train'].get(self.name) or StreamKeys()
     @property
     def stats(self):
         "The course's triple `(means, stds, histograms)` of this layer's first output, training batches."
@@ -126,14 +126,20 @@ class _StatsHook(Hook):
 # %% ../nbs/09h_activation_stats.ipynb #ea183d1f
 _PHASES = ('train', 'valid')
 
-def _param_key(pname, grad=False): return ('grad.param.' if grad else 'param.') + pname
+def _param_key(pname, grad=False): return f"{'param_grad' if grad else 'param'}[{pname}]"
 def _param_of(name, key):
-    "The `ParamBook`'s key `(layer, parameter, kind)` of stream `key` of layer `name` ('param.weight', 'grad.param.weight')."
-    return (name, key[11:], 'param_grad') if key.startswith('grad.param.') else (name, key[6:], 'param')
+    "The `ParamBook`'s key `(layer, parameter, kind)` of stream `key` of layer `name` ('param[weight]', 'param_grad[weight]')."
+    kind, pname = kind_of_key(key)
+    return name, pname, kind
+
+_get = dict.get     # a `_Keys`' own keys read without a Python call, in the hooks
 
 # %% ../nbs/09h_activation_stats.ipynb #0d051cd6
-_NOT_OUTPUTS = ('grad.', 'param.')   # the keys of gradient and parameter streams: every other key is an output
-def _is_output(key): return not key.startswith(_NOT_OUTPUTS)
+def _is_output(key): return key == 'output' or key.startswith('output[')   # not a gradient's ('output_grad'), not a parameter's
+
+def _output_items(o):
+    "(key, tensor) of each tensor in output `o` (see `tensor_items`), keyed by stream: 'output' (a tuple's first), 'output[1]', 'output[h]'."
+    return [('output' if k == '0' else f'output[{k}]', t) for k, t in tensor_items(o)]
 
 def _check_same_ranges(recs, group):
     "Refuse, before anything is merged, to merge recorders whose histogram ranges (`hi='auto'`: chosen by each rank from its own first batch) differ between ranks."
@@ -184,26 +190,26 @@ def before_fit(self:ActivationStats, learn):
     if unread: warnings.warn(f"ActivationStats: a new fit (or `attach`) starts a new recording, and the {unread} batches the previous one recorded were never read: "
                              "they are dropped. Read them first (a plot, `diagnose`, `save`), or give each fit its own ActivationStats", UserWarning, stacklevel=2)
     self.names = [h.name for h in self.hooks]
-    # phase -> layer -> output key ('0', '1'..., 'grad.0'...) -> Recorder: the first output's made now, the others when first recorded
-    self.recorders = {p: {n: {} for n in self.names} for p in _PHASES}
-    self.skipped = {n: {} for n in self.names}              # layer -> output key -> why it is not recorded
+    # phase -> layer -> key ('output', 'output[1]'..., 'output_grad'...) -> Recorder: the first output's made now, the others when first recorded
+    self.recorders = {p: {n: StreamKeys() for n in self.names} for p in _PHASES}
+    self.skipped = {n: {} for n in self.names}              # layer -> key -> why it is not recorded
     self._seeds = {n: i for i, n in enumerate(self.names)}  # each layer's sample draws, the same in both phases
-    self.channels = {p: {n: {} for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
+    self.channels = {p: {n: StreamKeys() for n in self.names} for p in _PHASES}   # phase -> layer -> output key -> `_ChannelStats`
     self.kinds = {}
     self._book.reset()      # what is owed of the parameters' `.grad`, and how each parameter stream is recorded
     self._book.no_grad_calls.update(dict.fromkeys(self.names, 0))   # forwards run without grad whose recomputation hooks the gradients
     for phase, on in zip(_PHASES, (self.on_train, self.on_valid)):
         if on:
-            for name, recs in self.recorders[phase].items(): self._recorder(recs, name, '0')
+            for name, recs in self.recorders[phase].items(): self._recorder(recs, name, 'output')
 
 # %% ../nbs/09h_activation_stats.ipynb #d5b85cc5
 @fc.patch
 def _recorder(self:ActivationStats, recs, name, key):
     "The recorder of output `key` in `recs` (layer `name`'s of one phase), made when first asked for (with `hi='auto'` its `hi` is set at its first batch)."
-    rec = recs.get(key)
+    rec = _get(recs, key)
     if rec is None:
         rec = recs[key] = Recorder(bins=self.bins, hi=10. if self._auto else self.hi, sample=self.sample, exact=self.exact, minmax=False,
-                                   zeros=_is_output(key) or key.startswith('grad.param.'), seed=self._seeds[name])
+                                   zeros=_is_output(key) or key.startswith('param_grad['), seed=self._seeds[name])
     return rec
 
 @fc.patch
@@ -230,7 +236,7 @@ def _param_grad(self:ActivationStats, name, pname, t):
     recs = self.recorders['train'].get(name)
     if recs is None: return
     self._record_fn(self._recorder(recs, name, _param_key(pname, grad=True)))(t)
-    self.skipped[name].pop('grad.param', None)
+    self.skipped[name].pop('param_grad', None)
 
 @fc.patch
 def _param_skip(self:ActivationStats, name, pname, kind, reason):
@@ -246,22 +252,22 @@ def hook(self:ActivationStats, hook, mod, inp, outp):
     phase = 'train' if self._training else 'valid'
     recs = self.recorders[phase][name]
     if name not in self.kinds: self.kinds[name] = self._hooked_kinds.get(name) or _kind(mod)     # what `diagnose` judges it among, in the forward's order
-    items = (('0', outp),) if isinstance(outp, torch.Tensor) else tensor_items(outp)
-    if not items: self.skipped[name]['0'] = f'output is {type(outp).__name__}, not a tensor'
+    items = (('output', outp),) if isinstance(outp, torch.Tensor) else _output_items(outp)     # keyed 'output', 'output[1]'...
+    if not items: self.skipped[name]['output'] = f'output is {type(outp).__name__}, not a tensor'
     grads = self.output_grads and torch.is_grad_enabled()
     for key, t in items:
         if not (t.is_floating_point() and t.numel()): self.skipped[name][key] = skip_reason(t); continue
-        rec = recs.get(key)
+        rec = _get(recs, key)
         if rec is None: rec = self._recorder(recs, name, key)
         if self._auto and not rec.n_batches: rec.hi = self._first_hi(name, key, phase, t)
         rec.record(t)
-        if grads and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))   # nothing while paused
+        if grads and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'output_grad' + key[6:]))))   # nothing while paused
         if self.per_channel is not None: self._record_channels(name, phase, key, t)
     # the parameters (`weights`), their `.grad` owed (`param_grads`); a training forward without grad (`checkpoint(use_reentrant=True)`) owes
     if self.weights or self.param_grads or self.output_grads:                    # them, and the outputs' gradients, to its recomputation
         owes = self._book.forward(name, mod, self._training, owe_recompute=self.output_grads)
-        if owes and self.param_grads and not any(k.startswith('grad.param.') for k in self.recorders['train'][name]):
-            self.skipped[name]['grad.param'] = NO_GRAD     # until a `.grad` is recorded (a checkpoint's recomputation owes it)
+        if owes and self.param_grads and not any(k.startswith('param_grad[') for k in self.recorders['train'][name]):
+            self.skipped[name]['param_grad'] = NO_GRAD     # until a `.grad` is recorded (a checkpoint's recomputation owes it)
 
 # %% ../nbs/09h_activation_stats.ipynb #ac6bdcf8
 @fc.patch
@@ -271,17 +277,17 @@ def recompute(self:ActivationStats, hook, mod, inp, outp):
     # owed only after a forward without grad (`use_reentrant=True`), and not to a nested checkpoint's forward, again without grad
     if not self._book.recompute(name, mod) or not self.output_grads: return     # the parameters' `.grad` of this backward now owed
     recs = self.recorders['train'][name]
-    for key, t in tensor_items(outp):
-        if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'grad.' + key))))
+    for key, t in _output_items(outp):
+        if skip_reason(t) is None and t.requires_grad: t.register_hook(HookFn(self._record_fn(self._recorder(recs, name, 'output_grad' + key[6:]))))
 
 @fc.patch
 def _record_channels(self:ActivationStats, name, phase, key, t):
     "Per-channel statistics of output `key` of layer `name` (skipped, with why, when `t` has no channel dim `per_channel`)."
     d = self.per_channel
     if not -t.ndim <= d < t.ndim or t.ndim < 2:
-        self.skipped[name][f'channels.{key}'] = f'shape {tuple(t.shape)} has no channel dim {d} beside others'; return
+        self.skipped[name][f'{key}.channels'] = f'shape {tuple(t.shape)} has no channel dim {d} beside others'; return
     chans = self.channels[phase][name]
-    cs = chans.get(key)
+    cs = _get(chans, key)
     if cs is None: cs = chans[key] = _ChannelStats(d)
     cs.record(t)
 
@@ -293,29 +299,29 @@ def series(self:ActivationStats, phase='train'):
     res = {}
     for name, recs in self.recorders[phase].items():
         for key, rec in recs.items():
-            if rec.n_batches and not key.startswith(_NOT_OUTPUTS): res[name] = rec; break
+            if rec.n_batches and (key == 'output' or key.startswith('output[')): res[name] = rec; break     # `_is_output`, inline: on a plot's path
     return res
 
 @fc.patch
 def params(self:ActivationStats, phase='train', grads=False):
     "{'layer.parameter': `Recorder`} of the hooked layers' own parameters that recorded something in `phase` (`weights=True`), or of their `.grad` after each backward (`grads=True`, needs `param_grads=True`; training only)."
     if phase not in _PHASES: raise ValueError(f"params: `phase` is 'train' or 'valid', got {phase!r}")
-    pre = 'grad.param.' if grads else 'param.'
-    return {f'{name}.{k[len(pre):]}': rec for name, recs in self.recorders[phase].items()
+    pre = 'param_grad[' if grads else 'param['
+    return {f'{name}.{k[len(pre):-1]}': rec for name, recs in self.recorders[phase].items()
             for k, rec in recs.items() if k.startswith(pre) and rec.n_batches}
 
 @fc.patch
 def streams(self:ActivationStats, phase='train'):
     "{stream name: `Recorder`} of everything recorded in `phase`, named by the grammar every recorder shares (lesson 09g1): 'conv.output', 'lstm.output[1]', 'conv.output_grad', 'conv.param[weight]', 'conv.param_grad[weight]'."
     if phase not in _PHASES: raise ValueError(f"streams: `phase` is 'train' or 'valid', got {phase!r}")
-    return {stream_name_of_key(name, k): rec for name, recs in self.recorders[phase].items() for k, rec in recs.items() if rec.n_batches}
+    return {f'{name}.{k}': rec for name, recs in self.recorders[phase].items() for k, rec in recs.items() if rec.n_batches}
 
 @fc.patch
 def all_reduce(self:ActivationStats, group=None):
     "Merge every recorder (both phases, outputs and gradients) with the other ranks' (`torch.distributed`, `group`): each then holds, per batch, the statistics of all ranks together. Parameters and their gradients (`weights`, `param_grads`) merge when each rank recorded its shard (FSDP2); recorded whole, they are already the same on every rank (DDP) and stay. Returns how many were merged (0 when not distributed)."
     from miniai.kernel import all_reduce_recorders
     recs = [recs[k] for phase in _PHASES for name, recs in self.recorders[phase].items() for k in sorted(recs)
-            if _is_output(k) or k.startswith('grad.') and not k.startswith('grad.param.') or self._book.sharded.get(_param_of(name, k), False)]
+            if _is_output(k) or k == 'output_grad' or k.startswith('output_grad[') or self._book.sharded.get(_param_of(name, k), False)]
     if self._auto: _check_same_ranges(recs, group)
     return all_reduce_recorders(recs, group)
 
@@ -402,7 +408,7 @@ def plot_stats(self:ActivationStats, figsize=(10, 4), grads=None, phase='train')
     if note: fig.suptitle(note, fontsize=9)
     for (name, rec), label, style in zip(series.items(), labels, line_styles(len(series)) if many else [{}] * len(series)):
         axs[0, 0].plot(rec.means, label=label, **style); axs[0, 1].plot(rec.stds, label=label, **style)
-        g = self.recorders[phase][name].get('grad.0') if grads else None
+        g = self.recorders[phase][name].get('output_grad') if grads else None
         if g is not None and g.n_batches:
             axs[1, 0].plot(g.means, label=label, **style); axs[1, 1].semilogy(g.stds, label=label, **style)
     titles = ['Means', 'Stdevs', 'Gradient means', 'Gradient stdevs']
@@ -427,7 +433,7 @@ def _no_grads(self:ActivationStats, phase, kinds):
     "{layer: 'frozen' (no parameter requires grad) or 'none' (no `.grad` recorded)} for the layers with parameters that no gradient reached, when `param_grads` recorded the others' (training only)."
     if not getattr(self, 'param_grads', False) or phase != 'train': return {}
     recs = self.recorders['train']
-    got = {n for n, rs in recs.items() if any(k.startswith('grad.param.') and r.n_batches for k, r in rs.items())}
+    got = {n for n, rs in recs.items() if any(k.startswith('param_grad[') and r.n_batches for k, r in rs.items())}
     if not got: return {}
     return {n: 'frozen' if not k[3] else 'none' for n, k in kinds.items() if k[2] and n not in got and recs.get(n)}
 
@@ -441,14 +447,14 @@ def _layer_rows(self:ActivationStats, name, phase, tail, th, relative):
         found = [finding(name, 'not recorded', None, None)]
         found += [finding(name, 'skipped', r, None, output=k) for k, r in self.skipped.get(name, {}).items()]
         streams = [(None, (row, found))]
-    else: streams = [(key, stream_row(name if i == 0 else f'{name}[{key}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
+    else: streams = [(key, stream_row(name if i == 0 else f'{name}[{kind_of_key(key)[1]}]', rec, tail, th, relative)) for i, (key, rec) in enumerate(streams)]
     for key, (row, found) in streams[1:]:     # a further output (an LSTM's h and c): the verdict reads the first; these, NaN/Inf
         e = row.pop('evidence', None)
         if e is not None: found += [dict(f, batch=e['first_bad']) for f in judge(row['layer'], nonfinite=e['nonfinite'], total=e['total'], thresholds=th)]
     recs = self.recorders[phase].get(name, {})
-    pnames = [k[6:] for k in recs if k.startswith('param.')] + [k[11:] for k in recs if k.startswith('grad.param.')]
+    pnames = [kind_of_key(k)[1] for k in recs if k.startswith(('param[', 'param_grad['))]
     for pn in dict.fromkeys(pnames):   # the layer's parameters (`weights`), each followed by its gradient (`param_grads`)
-        for key, label, kind in ((f'param.{pn}', f'{name}.{pn}', 'value'), (f'grad.param.{pn}', f'{name}.{pn}.grad', 'grad')):
+        for key, label, kind in ((f'param[{pn}]', f'{name}.{pn}', 'value'), (f'param_grad[{pn}]', f'{name}.{pn}.grad', 'grad')):
             rec = recs.get(key)
             if rec is not None and rec.n_batches: streams.append((key, stream_row(label, rec, tail, th, param=kind)))
     return streams

@@ -84,7 +84,7 @@ _SENTENCES = {
     'uniform head': "{layer} head {head} attends evenly: its normalised entropy {value:.2f} stays at its maximum while its peer heads' is {reference:.2f}: it has found nothing to attend to; check its inputs (the mask, the positions) and the scale of its query and key weights",
     'zero gradient': "{layer} gets no gradient: all {value} values of its gradient were exactly 0 in the batches read",
     'not recorded': "{layer} recorded nothing",
-    'skipped': "{layer}: output {output} was skipped: {value}",
+    'skipped': "{layer}: {output} was skipped: {value}",
     'not pooled': "{layer}: its last two dims {dims} are smaller than downsample_factor={threshold}, so its output is kept unpooled",
     'overflow': "{layer}: {value:.1%} of its values are beyond the histogram's range (|x| >= {hi:g}): the picture is clipped, not the layer; hi='auto' picks the range from the data"}
 

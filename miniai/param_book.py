@@ -6,6 +6,7 @@ Docs: https://miniai.github.io/miniai/param_book.html.md"""
 
 # %% ../nbs/09g1_param_book.ipynb #3fd1f232
 from __future__ import annotations
+import re, warnings
 from functools import partial
 import torch
 from fastcore.basics import patch
@@ -129,13 +130,35 @@ def stream_name(layer, kind, key=None):
     if kind not in KINDS: raise ValueError(f"stream_name: `kind` is one of {KINDS}, got {kind!r}")
     return f'{layer}.{kind}' + ('' if key is None else f'[{key}]')
 
+def stream_key(kind, key=None):
+    "A layer's part of a stream name, `stream_name(layer, kind, key)` without `layer.`: the key of an `ActivationStats` recorder ('output', 'output[1]', 'param_grad[weight]')."
+    return stream_name('', kind, key)[1:]
+
+_KEY = re.compile(r'(input|output|output_grad|param|param_grad)(?:\[(.*)\])?', re.S)
+
 def kind_of_key(key):
-    "`(kind, key)` of an `ActivationStats` recorder key: '0' -> ('output', None), '1' -> ('output', '1'), 'grad.0' -> ('output_grad', None), 'param.weight' -> ('param', 'weight'), 'grad.param.weight' -> ('param_grad', 'weight')."
+    "`(kind, key)` of an `ActivationStats` recorder key: 'output' -> ('output', None), 'output[1]' -> ('output', '1'), 'param_grad[weight]' -> ('param_grad', 'weight'); also of a key it used before (see `kind_of_old_key`)."
+    m = _KEY.fullmatch(key)
+    return (m[1], m[2]) if m else kind_of_old_key(key)
+
+def kind_of_old_key(key):
+    "`(kind, key)` of a recorder key `ActivationStats` used before (and saved folders of version 1): '0' -> ('output', None), '1' -> ('output', '1'), 'grad.0' -> ('output_grad', None), 'param.weight' -> ('param', 'weight'), 'grad.param.weight' -> ('param_grad', 'weight')."
     if key.startswith('grad.param.'): return 'param_grad', key[11:]
     if key.startswith('param.'): return 'param', key[6:]
     kind, key = ('output_grad', key[5:]) if key.startswith('grad.') else ('output', key)
     return kind, None if key == '0' else key
 
+class StreamKeys(dict):
+    "One layer's {key: recorder} in `ActivationStats` (keys by `stream_key`: 'output', 'output_grad', 'param[weight]'): a key it used before ('0', 'grad.0', 'param.weight') reads the same recorder, with a DeprecationWarning naming its key now."
+    def __missing__(self, key):
+        now = stream_key(*kind_of_key(key)) if isinstance(key, str) else key
+        if now == key or now not in self: raise KeyError(key)
+        warnings.warn(f"ActivationStats: a layer's recorders are keyed by stream now: {now!r}, not {key!r} (see `stream_key`)", DeprecationWarning, stacklevel=2)
+        return self[now]
+    def get(self, key, default=None):
+        try: return self[key]
+        except KeyError: return default
+
 def stream_name_of_key(layer, key):
-    "The stream name of `ActivationStats` recorder `key` of `layer` ('0' -> 'layer.output', 'grad.param.weight' -> 'layer.param_grad[weight]')."
+    "The stream name of `ActivationStats` recorder `key` of `layer` ('output' -> 'layer.output', 'param_grad[weight]' -> 'layer.param_grad[weight]'; the earlier '0', 'grad.param.weight' too)."
     return stream_name(layer, *kind_of_key(key))

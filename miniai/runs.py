@@ -14,6 +14,7 @@ from matplotlib.lines import Line2D
 from .core import UnsafeFileError, atomic_write, display_name, file_kind, json_restore, json_text, read_nofollow, writable_folder
 from .kernel import Moments, Recorder
 from .activations import ActivationStats
+from .param_book import StreamKeys, stream_key, kind_of_key, kind_of_old_key
 
 # %% auto #0
 __all__ = []
@@ -22,7 +23,7 @@ __all__ = []
 _MAX_META_BYTES = 64*2**20   # meta.json: a few hundred bytes per recorder
 
 # %% ../nbs/10d1_runs.ipynb #a223b266
-_STATS_FORMAT, _STATS_VERSION = 'miniai.activation_stats', 1
+_STATS_FORMAT, _STATS_VERSION = 'miniai.activation_stats', 2   # 1: the recorders' keys of before ('0', 'grad.0', 'param.weight')
 _STATS_META, _STATS_ARRAYS = 'meta.json', 'recorders.npz'
 _REC_SETTINGS = ('bins', 'hi', 'sample', 'exact', 'fold', 'zeros', 'ranges', 'minmax', 'seed')   # a `Recorder`'s arguments
 _STATS_PHASES = ('train', 'valid')
@@ -126,7 +127,7 @@ def _check_meta(meta, folder):
         if not ok: raise _load_error(folder, f'meta.json: {why}')
     need(isinstance(meta, dict) and meta.get('format') == _STATS_FORMAT, f"not the meta.json of a saved ActivationStats (format {meta.get('format') if isinstance(meta, dict) else None!r})")
     v = meta.get('version')
-    need(v == _STATS_VERSION, f"version {v!r}; this miniai reads version {_STATS_VERSION}")
+    need(v in (1, _STATS_VERSION), f"version {v!r}; this miniai reads versions 1 and {_STATS_VERSION}")
     names, skipped, recs, arrays = (meta.get(k) for k in ('names', 'skipped', 'recorders', 'arrays'))
     need(isinstance(meta.get('settings'), dict), '`settings` is not an object')
     need(isinstance(names, list) and all(isinstance(n, str) for n in names) and len(set(names)) == len(names), '`names` is not a list of distinct layer names')
@@ -146,6 +147,17 @@ def _check_meta(meta, folder):
     need(isinstance(chans, list) and all(isinstance(c, dict) and c.get('phase') in _STATS_PHASES and c.get('layer') in names
                                          and isinstance(c.get('key'), str) and isinstance(c.get('dim'), int) for c in chans),
          '`channels` is not a list of per-channel streams of layers in `names`')
+    return meta
+
+def _key_v1(key):
+    "The key now (`stream_key`) of recorder key `key` of a folder of version 1 ('0' -> 'output', 'grad.param.weight' -> 'param_grad[weight]')."
+    return stream_key(*kind_of_old_key(key))
+
+def _meta_v1(meta):
+    "`meta` of a folder of version 1 with its keys as they are now: its recorders', its per-channel streams', and its reasons in `skipped` ('grad.param' -> 'param_grad', 'channels.0' -> 'output.channels')."
+    for e in meta['recorders'] + meta.get('channels', []): e['key'] = _key_v1(e['key'])
+    def skip(k): return 'param_grad' if k == 'grad.param' else _key_v1(k[9:]) + '.channels' if k.startswith('channels.') else _key_v1(k)
+    meta['skipped'] = {n: {skip(k): why for k, why in s.items()} for n, s in meta['skipped'].items()}
     return meta
 
 def _saved_channels(i, c, arrays, folder):
@@ -185,6 +197,7 @@ def load_stats(path):
     try: meta = json.loads(text)
     except (RecursionError, ValueError) as e: raise _load_error(folder, f'meta.json is not JSON ({str(e).splitlines()[0]})') from None
     meta = _check_meta(json_restore(meta), folder)
+    if meta['version'] == 1: meta = _meta_v1(meta)
     data = _read_saved(folder, _STATS_ARRAYS)
     if len(data) != meta['arrays']['bytes'] or hashlib.sha256(data).hexdigest() != meta['arrays']['sha256']:
         raise _load_error(folder, f'{_STATS_ARRAYS} is not the file its meta.json was written with ({len(data)} bytes, '
@@ -199,12 +212,12 @@ def load_stats(path):
     try: astats = ActivationStats(**{k: v for k, v in settings.items() if k in known and k != 'self' and k not in ActivationStats.renamed})
     except (TypeError, ValueError) as e: raise _load_error(folder, f'its settings are refused: {e}') from None
     names = meta['names']
-    recorders = {p: {n: {} for n in names} for p in _STATS_PHASES}
+    recorders = {p: {n: StreamKeys() for n in names} for p in _STATS_PHASES}
     for e, rec in recs: recorders[e['phase']][e['layer']][e['key']] = rec
     astats.names, astats.recorders = names, recorders
     astats.skipped = {n: dict(meta['skipped'].get(n, {})) for n in names}
     if chans or hasattr(astats, 'channels'):
-        astats.channels = {p: {n: {} for n in names} for p in _STATS_PHASES}
+        astats.channels = {p: {n: StreamKeys() for n in names} for p in _STATS_PHASES}
         for c, cs in chans: astats.channels[c['phase']][c['layer']][c['key']] = cs
     return astats
 
@@ -309,14 +322,14 @@ def compare_stats(a, b, phase='train', layers=None, labels=('A', 'B')):
     for name in names:
         sa, sb = _streams_of(a, phase, name), _streams_of(b, phase, name)
         keys = list(dict.fromkeys(list(sa) + list(sb)))
-        keys.sort(key=lambda k: (k.startswith(('grad.', 'param.')), k.startswith('grad.')))   # outputs first, as `diagnose` has them
+        keys.sort(key=lambda k: (kind_of_key(k)[0] != 'output', kind_of_key(k)[0].endswith('_grad')))   # outputs first, as `diagnose` has them
         if not keys:
             in_a, in_b = name in a.names, name in b.names
             why = 'nothing recorded' if in_a and in_b else f'only in {labels[0] if in_a else labels[1]}'
             rows.append(dict(layer=name, output=None, batches=0, batches_a=0, batches_b=0, first=None, flags=[why],
                              **{f'{s}_{k}': math.nan for s in _COMPARED for k in ('a', 'b', 'diff')}))
         for i, key in enumerate(keys):
-            rows.append(_compare_stream(name if i == 0 else f'{name}[{key}]', key, sa.get(key), sb.get(key), every_a, every_b, labels))
+            rows.append(_compare_stream(name if i == 0 else f'{name}.{key}', key, sa.get(key), sb.get(key), every_a, every_b, labels))
     return rows
 
 # %% ../nbs/10d1_runs.ipynb #d6a0300a
@@ -325,7 +338,7 @@ def plot_compare(a, b, layers=None, phase='train', labels=('A', 'B'), grads=Fals
     a, b = _as_stats(a, 'plot_compare', 'a'), _as_stats(b, 'plot_compare', 'b')
     if phase not in _STATS_PHASES: raise ValueError(f"plot_compare: `phase` is 'train' or 'valid', got {phase!r}")
     every_a, every_b = (a.every, b.every) if phase == 'train' else (1, 1)
-    both = [n for n in a.names if '0' in _streams_of(a, phase, n) and '0' in _streams_of(b, phase, n)]
+    both = [n for n in a.names if 'output' in _streams_of(a, phase, n) and 'output' in _streams_of(b, phase, n)]
     if layers is None: layers = both[:10]
     elif isinstance(layers, str): layers = [layers]
     missing = [n for n in layers if n not in both]
@@ -337,10 +350,10 @@ def plot_compare(a, b, layers=None, phase='train', labels=('A', 'B'), grads=Fals
     for i, name in enumerate(layers):
         for run, every, style in ((a, every_a, '-'), (b, every_b, '--')):
             streams = _streams_of(run, phase, name)
-            x = np.arange(len(streams['0'])) * every
+            x = np.arange(len(streams['output'])) * every
             kw = dict(color=colours(i % colours.N), linestyle=style)
-            axs[0, 0].plot(x, streams['0'].means.numpy(), **kw); axs[0, 1].plot(x, streams['0'].stds.numpy(), **kw)
-            g = streams.get('grad.0')
+            axs[0, 0].plot(x, streams['output'].means.numpy(), **kw); axs[0, 1].plot(x, streams['output'].stds.numpy(), **kw)
+            g = streams.get('output_grad')
             if grads and g is not None:
                 xg = np.arange(len(g)) * every
                 axs[1, 0].plot(xg, g.means.numpy(), **kw); axs[1, 1].semilogy(xg, g.stds.numpy(), **kw)

@@ -81,7 +81,7 @@ def test_layers_without_data_are_named_in_each_plots_title():
     run_cbs([a], 'cleanup_fit')
     for name in ('color_dim', 'dead_chart', 'plot_stats'):
         getattr(a, name)()
-        try: assert 'none (0: output is NoneType, not a tensor)' in a.fig._suptitle.get_text(), name
+        try: assert 'none (output: output is NoneType, not a tensor)' in a.fig._suptitle.get_text(), name
         finally: plt.close(a.fig)
     with pytest.raises(ValueError, match='no hooked layer recorded train statistics to plot: no layers hooked'): ActivationStats().color_dim()
     with pytest.raises(ValueError, match=r'no hooked layer recorded valid statistics to plot: lin \(nothing recorded\)'): a.color_dim(phase='valid')

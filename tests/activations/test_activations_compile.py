@@ -35,7 +35,7 @@ def test_compiled_after_attach_records_the_eager_numbers():
     eager, comp = record(False), record(True)
     assert comp.names == eager.names == ['0', '2']
     for n in eager.names:
-        a, b = eager.recorders['train'][n]['0'], comp.recorders['train'][n]['0']
+        a, b = eager.recorders['train'][n]['output'], comp.recorders['train'][n]['output']
         assert len(a) == len(b) == 4
         torch.testing.assert_close(b.means, a.means); torch.testing.assert_close(b.stds, a.stds)
         assert torch.equal(a.moments.count, b.moments.count)
@@ -48,7 +48,7 @@ def test_param_grads_under_compile_are_the_eager_ones():
     for k, rec in want.items():     # three backwards: the no-grad forward owes nothing
         assert len(rec) == len(got[k]) == 3
         torch.testing.assert_close(got[k].means, rec.means, rtol=1e-4, atol=1e-6); torch.testing.assert_close(got[k].stds, rec.stds, rtol=1e-4, atol=1e-6)
-    assert all('grad.param' not in st.skipped[n] for st in (eager, comp) for n in st.names)
+    assert all('param_grad' not in st.skipped[n] for st in (eager, comp) for n in st.names)
 
 def test_param_grads_of_forwards_without_grad_say_why():
     "Training forwards under `torch.no_grad` only: no `.grad` belongs to them, compiled or not, and the reason says so layer by layer (not a missing backward)."
@@ -59,5 +59,5 @@ def test_param_grads_of_forwards_without_grad_say_why():
             run = torch.compile(m, backend='aot_eager') if compiled else m
             with torch.no_grad():
                 for x in XS: run(x)
-        assert len(st.recorders['train']['0']['0']) == 3 and st.params(grads=True) == {}
-        assert all(st.skipped[n]['grad.param'] == NO_GRAD for n in st.names), compiled
+        assert len(st.recorders['train']['0']['output']) == 3 and st.params(grads=True) == {}
+        assert all(st.skipped[n]['param_grad'] == NO_GRAD for n in st.names), compiled

@@ -20,7 +20,7 @@ def test_every_output_stream_gets_a_row():
     with a.attach(m):
         for _ in range(3): m(torch.randn(2, 3, 4))
     rows = a.diagnose()
-    assert [(r['layer'], r['output']) for r in rows] == [('lstm', '0'), ('lstm[1.0]', '1.0'), ('lstm[1.1]', '1.1'), ('head', '0')]
+    assert [(r['layer'], r['output']) for r in rows] == [('lstm', 'output'), ('lstm[1.0]', 'output[1.0]'), ('lstm[1.1]', 'output[1.1]'), ('head', 'output')]
     recs = a.recorders['train']['lstm']
     for r in rows[:3]:
         rec = recs[r['output']]

@@ -30,7 +30,7 @@ def test_weights_and_param_grads_are_the_tensors_read_at_each_step():
         assert close(gr.means[i].item(), gv.mean().item()) and close(gr.stds[i].item(), gv.std().item())
     assert list(a.series()) == ['0', '2']        # the outputs' series are unchanged: parameters come through `params`
     keys = list(a.recorders['train']['0'])
-    assert keys[0] == '0' and {'param.weight', 'param.bias', 'grad.param.weight', 'grad.param.bias'} <= set(keys)
+    assert keys[0] == 'output' and {'param[weight]', 'param[bias]', 'param_grad[weight]', 'param_grad[bias]'} <= set(keys)
 
 
 @pytest.mark.parametrize('loops', [True, False], ids=['compiled loops', 'torch path'])
@@ -83,7 +83,7 @@ def test_diagnose_rows_for_parameters():
     assert list(rows) == ['a', 'a.weight', 'a.weight.grad', 'a.bias', 'a.bias.grad', 'b', 'b.weight', 'b.weight.grad', 'b.bias', 'b.bias.grad']
     assert rows['b.weight.grad']['flags'] == ['zero gradient'] and rows['b.bias.grad']['flags'] == ['zero gradient']
     assert rows['a.weight.grad']['flags'] == [] and rows['a.weight']['flags'] == []      # a weight's small std is no finding
-    assert math.isnan(rows['a.weight']['dead']) and rows['a.weight']['output'] == 'param.weight'
+    assert math.isnan(rows['a.weight']['dead']) and rows['a.weight']['output'] == 'param[weight]'
     f = rows['b.weight.grad']['findings'][0]
     assert format_finding(f) == 'b.weight.grad gets no gradient: all 16 values of its gradient were exactly 0 in the batches read'
     assert 'b.weight.grad' in format_diagnosis(list(rows.values()))
@@ -97,14 +97,14 @@ def test_per_channel_exact_and_channels_last_the_same():
     a, b = ActivationStats(['0', '2'], per_channel=True), ActivationStats(['0', '2'], per_channel=True)
     seen = loop(convnet(), a)
     loop(convnet(), b, channels_last=True)
-    cs = a.channels['train']['0']['0']
+    cs = a.channels['train']['0']['output']
     assert len(cs) == 3 and cs.means.shape == (3, 4) and cs.stds.dtype == torch.float64
     for i, out in enumerate(seen['out']):
         o = out.double()
         for c in range(4):
             assert close(cs.means[i, c].item(), o[:, c].mean().item()) and close(cs.stds[i, c].item(), o[:, c].std().item())
     for layer in ('0', '2'):
-        x, y = a.channels['train'][layer]['0'].moments.t, b.channels['train'][layer]['0'].moments.t
+        x, y = a.channels['train'][layer]['output'].moments.t, b.channels['train'][layer]['output'].moments.t
         assert torch.equal(x.nan_to_num(), y.nan_to_num())     # channels_last: the same values in the same order, the same numbers
 
 
@@ -116,11 +116,11 @@ def test_per_channel_on_the_last_dim_and_skips():
     outs = [m[0](x).detach() for x in xs]
     with a.attach(m):
         for x in xs: m(x)
-    cs = a.channels['train']['0']['0']
+    cs = a.channels['train']['0']['output']
     assert cs.means.shape == (2, 3)
     assert close(cs.means[0, 2].item(), outs[0][..., 2].double().mean().item())
     assert '1' not in a.channels['train'] or not a.channels['train']['1']
-    assert 'no channel dim' in a.skipped['1']['channels.0']
+    assert 'no channel dim' in a.skipped['1']['output.channels']
 
 
 def test_bad_arguments_named():
@@ -159,7 +159,7 @@ def test_streams_are_named_by_the_grammar_every_recorder_shares():
     c = ActivationStatisticsHook(StatisticsConfig(collect_weights=True, collect_param_grads=True, collect_input=False))
     with a.attach(m), c.attach(m, layers=['0']): m(torch.randn(2, 3)).sum().backward()
     assert sorted(a.streams()) == ['0.output', '0.output_grad', '0.param[bias]', '0.param[weight]', '0.param_grad[bias]', '0.param_grad[weight]']
-    assert a.streams()['0.param_grad[weight]'] is a.recorders['train']['0']['grad.param.weight']
+    assert a.streams()['0.param_grad[weight]'] is a.recorders['train']['0']['param_grad[weight]']
     from miniai.param_book import stream_name
     st = c.get_statistics('0')
     names = {stream_name('0', 'output')} | {stream_name('0', kind, pn) for kind in ('param', 'param_grad') for pn in getattr(st, kind + 's')}

@@ -93,8 +93,8 @@ def test_all_reduce_outside_distributed_changes_nothing():
 def test_gradients_kept_by_phase_and_layer():
     a = train_and_eval(ActivationStats(output_grads=True, on_valid=True), mlp())
     recs = a.recorders
-    assert [len(recs['train'][n]['grad.0']) for n in a.names] == [3, 3]
-    assert all('grad.0' not in recs['valid'][n] for n in a.names)      # no backward in evaluation
+    assert [len(recs['train'][n]['output_grad']) for n in a.names] == [3, 3]
+    assert all('output_grad' not in recs['valid'][n] for n in a.names)      # no backward in evaluation
     assert a.hooks[0].recorders is recs['train']['0']                    # the hook's view is the callback's state
 
 

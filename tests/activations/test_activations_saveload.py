@@ -95,7 +95,7 @@ def test_round_trip_is_bit_identical(tmp_path):
             plt.close('all')
     # the files are standard: JSON, and an npz that loads without pickle
     meta = json.loads((folder/'meta.json').read_text())
-    assert meta['format'] == 'miniai.activation_stats' and meta['version'] == 1 and meta['settings']['every'] == 2
+    assert meta['format'] == 'miniai.activation_stats' and meta['version'] == 2 and meta['settings']['every'] == 2
     with np.load(folder/'recorders.npz', allow_pickle=False) as z: assert all(z[k].dtype in (np.float64, np.int64) for k in z.files)
 
 def test_the_methods_save_load_and_compare(tmp_path):
@@ -175,7 +175,7 @@ def test_load_refuses_bad_folders(tmp_path):
         (other/name).symlink_to(tmp_path/name)
         refused(other, f'{name} is a symlink, not followed')
     meta = json.loads((folder/'meta.json').read_text())
-    for change, words in [(dict(version=2), ['version 2', 'reads version 1']), (dict(format='miniai.dumps'), ["format 'miniai.dumps'"]),
+    for change, words in [(dict(version=3), ['version 3', 'reads versions 1 and 2']), (dict(format='miniai.dumps'), ["format 'miniai.dumps'"]),
                           (dict(names=['a', 'a']), ['`names`']), (dict(recorders=[{'phase': 'test'}]), ['recorder 0'])]:
         bad = _saved(tmp_path, f'bad_{len(change)}_{next(iter(change))}')
         (bad/'meta.json').write_text(json.dumps({**meta, **change}))
@@ -209,7 +209,7 @@ def test_save_refuses_bad_arguments(tmp_path):
     with pytest.raises(TypeError, match='`path` must name a folder'): save_stats(run, None)
     class Extra(Recorder):
         def after_record(self, f, row, m): pass
-    run.recorders['train']['head']['0'] = Extra()
+    run.recorders['train']['head']['output'] = Extra()
     with pytest.raises(ValueError, match='is a Extra, which keeps more'): save_stats(run, tmp_path/'extra')
     assert not (tmp_path/'extra').exists()
 
@@ -319,7 +319,7 @@ def test_the_earlier_option_name_works_warns_and_a_folder_saved_under_it_loads(t
     assert old.output_grads and old.grads
     m = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
     with old.attach(m): m(torch.randn(2, 3)).sum().backward()
-    assert len(old.recorders['train']['0']['grad.0']) == 1
+    assert len(old.recorders['train']['0']['output_grad']) == 1
     folder = old.save(tmp_path/'run')
     meta = json.loads((folder/'meta.json').read_text())
     assert meta['settings']['output_grads'] is True and 'grads' not in meta['settings']
@@ -328,4 +328,4 @@ def test_the_earlier_option_name_works_warns_and_a_folder_saved_under_it_loads(t
     with warnings.catch_warnings():
         warnings.simplefilter('error', DeprecationWarning)
         back = ActivationStats.load(folder)
-    assert back.output_grads and torch.equal(back.recorders['train']['0']['grad.0'].means, old.recorders['train']['0']['grad.0'].means)
+    assert back.output_grads and torch.equal(back.recorders['train']['0']['output_grad'].means, old.recorders['train']['0']['output_grad'].means)

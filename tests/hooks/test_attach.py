@@ -141,7 +141,7 @@ def test_a_model_copied_and_saved_inside_attach(grads):
     assert counts(a) == [2, 2, 2]
     step(plain, x, y)
     assert torch.equal(out_twin, step(plain, x, y)) and torch.equal(out_saved, out_twin)   # two steps' grads, same numbers
-    if grads: assert len(a.hooks[0].recorders['grad.0']) == 2
+    if grads: assert len(a.hooks[0].recorders['output_grad']) == 2
     twin(x); assert counts(a) == [2, 2, 2]
 
 
@@ -157,14 +157,14 @@ def test_paused_forwards_record_nothing_and_are_not_counted_by_every():
         step(model, x, y)                      # forward 3: recorded
         loss = F.cross_entropy(model(x), y)    # forward 4: not recorded
         assert counts(a) == [2, 2, 2]
-    assert a._n_train == 4 and len(a.hooks[0].recorders['grad.0']) == 2
+    assert a._n_train == 4 and len(a.hooks[0].recorders['output_grad']) == 2
     # a backward run while recording is paused records no gradient either
     b = ActivationStats(output_grads=True)
     with b.attach(model):
         loss = F.cross_entropy(model(x), y)
         with paused_recording(): loss.backward()
         step(model, x, y)
-    assert counts(b) == [2, 2, 2] and len(b.hooks[0].recorders['grad.0']) == 1
+    assert counts(b) == [2, 2, 2] and len(b.hooks[0].recorders['output_grad']) == 1
 
 
 def test_paused_batches_of_a_fit_are_not_counted():
@@ -204,7 +204,7 @@ def test_activation_stats_leaves_inputs_outputs_and_gradients_bit_identical(kern
         out = hooked(x); out.retain_grad()
         F.cross_entropy(out, y).backward()
     for m in hooked.children(): m._forward_hooks.clear()
-    assert counts(a) == [1] * 5 and (not grads or len(a.hooks[-1].recorders['grad.0']) == 1)
+    assert counts(a) == [1] * 5 and (not grads or len(a.hooks[-1].recorders['output_grad']) == 1)
     ref_out = x.clone().requires_grad_(False)
     ref_acts = {}
     for n, m in plain.named_children():

@@ -50,13 +50,13 @@ def test_attached_after_compiling_records_the_eager_numbers_without_graph_break(
     assert breaks == 0 and stats['unique_graphs'] == 1  # the hooked forward compiled once, in one graph
     assert st.names == eager.names == ['0', '2', '5']
     for n in st.names:
-        a, b = eager.recorders['train'][n]['0'], st.recorders['train'][n]['0']
+        a, b = eager.recorders['train'][n]['output'], st.recorders['train'][n]['output']
         assert len(a) == len(b) == 3
         assert torch.equal(a.means, b.means) and torch.equal(a.stds, b.stds) and torch.equal(a.hists, b.hists)
     # on exit: nothing hooked, the code compiled before runs again (no new graph), and the op's hooks are gone
     assert not hooks_left(cm) and 'forward' in vars(cm)
     out = cm(XS[1])
-    assert counters()[0]['unique_graphs'] == 1 and [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3]
+    assert counters()[0]['unique_graphs'] == 1 and [len(st.recorders['train'][n]['output']) for n in st.names] == [3, 3, 3]
     assert torch.equal(out, m2(XS[1]))
 
 
@@ -87,9 +87,9 @@ def test_hooks_registered_before_compiling_and_keyword_inputs():
     cm = torch.compile(m, backend='eager')
     dynamo.utils.counters.clear()
     st = train(m, cm, ActivationStats())
-    assert counters()[1] == 0 and [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3]
+    assert counters()[1] == 0 and [len(st.recorders['train'][n]['output']) for n in st.names] == [3, 3, 3]
     cm(XS[0])
-    assert [len(st.recorders['train'][n]['0']) for n in st.names] == [3, 3, 3] and not hooks_left(m)
+    assert [len(st.recorders['train'][n]['output']) for n in st.names] == [3, 3, 3] and not hooks_left(m)
     # compiled in place inside the block: the phase hooks `attach` puts on the model are traced as the op too
     m3, cb = cnn(), HooksCallback(lambda *a: None, layers=nn.Conv2d)
     dynamo.utils.counters.clear()
@@ -138,7 +138,7 @@ def test_hooks_run_under_the_forwards_grad_mode_and_param_grads_are_the_eager_on
     want = eager.params(grads=True)
     assert sorted(want) == ['0.bias', '0.weight', '2.bias', '2.weight', '5.bias', '5.weight'] and len(want['0.weight']) == 3
     got = comp.params(grads=True)
-    assert sorted(got) == sorted(want) and all('grad.param' not in comp.skipped[n] for n in comp.names)
+    assert sorted(got) == sorted(want) and all('param_grad' not in comp.skipped[n] for n in comp.names)
     for k, rec in want.items():
         assert len(got[k]) == 3
         torch.testing.assert_close(got[k].means, rec.means, rtol=1e-4, atol=1e-6)
@@ -159,7 +159,7 @@ def test_hooks_run_under_the_forwards_grad_mode_and_param_grads_are_the_eager_on
         with warnings.catch_warnings():
             warnings.simplefilter('ignore', NothingRecordedWarning)
             with st.attach(run), coll.attach(run), torch.no_grad(): run(XS[0]); run(XS[1])
-        assert st.params(grads=True) == {} and all(st.skipped[n]['grad.param'] == NO_GRAD for n in st.names), compiled
+        assert st.params(grads=True) == {} and all(st.skipped[n]['param_grad'] == NO_GRAD for n in st.names), compiled
         assert all(coll.export_statistics()[n]['param_grads_reason'] == NO_GRAD for n in ('0', '2', '5')), compiled
 
 

@@ -224,7 +224,7 @@ class Ckpt(nn.Module):
 def recorded(cb):
     "Per layer: (stats means, stds, gradient stds) as tensors; None where no gradient was recorded."
     return {h.name: (torch.as_tensor(h.stats[0]), torch.as_tensor(h.stats[1]),
-                     h.recorders['grad.0'].stds if 'grad.0' in h.recorders else None) for h in cb}
+                     h.recorders['output_grad'].stds if 'output_grad' in h.recorders else None) for h in cb}
 
 @pytest.mark.parametrize('reentrant', [False, True])
 def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentrant):
@@ -235,7 +235,7 @@ def test_checkpointed_forwards_recorded_once_with_gradients_in_both_modes(reentr
             warnings.simplefilter('error', CalledTwiceWarning)     # a recomputation is no second call
             Learner(m, dls(), F.cross_entropy, lr=0.01, cbs=[TrainCB(), cb]).fit(1, valid=False)
         assert cb.names == ['a', 'mid.0', 'c']
-        assert [len(h.stats[0]) for h in cb] == [3] * 3 and [len(h.recorders['grad.0']) for h in cb] == [3] * 3, mode
+        assert [len(h.stats[0]) for h in cb] == [3] * 3 and [len(h.recorders['output_grad']) for h in cb] == [3] * 3, mode
         assert list(cb.calls.values()) == [3] * 3 and list(cb._grads_owed.values()) == [0] * 3
         runs[mode] = recorded(cb)
     for name, (means, stds, gstds) in runs[None].items():    # the same numbers as without checkpointing
@@ -247,14 +247,14 @@ def test_checkpointing_under_attach_counts_once_for_stats_and_the_collector(reen
     m, cb, col = Ckpt(reentrant), ActivationStats(output_grads=True), ActivationStatisticsHook()
     with cb.attach(m), col.attach(m):
         for _ in range(3): m(torch.randn(4, 6)).sum().backward()
-    assert [(len(h.stats[0]), len(h.recorders['grad.0'])) for h in cb] == [(3, 3)] * 3 and cb._n_recorded == 3
+    assert [(len(h.stats[0]), len(h.recorders['output_grad'])) for h in cb] == [(3, 3)] * 3 and cb._n_recorded == 3
     assert col.call_count == 9 and {n: d['total_samples'] for n, d in col._modules.items()} == {'a': 12, 'mid.0': 12, 'c': 12}
     # the whole model checkpointed (its own forward pre-hook runs again in backward), with the middle block nested inside
     m, cb = Ckpt(reentrant), ActivationStats(output_grads=True)
     with cb.attach(m), warnings.catch_warnings():
         warnings.filterwarnings('ignore', message='None of the inputs have requires_grad')   # torch's, for the nested reentrant one
         for _ in range(3): checkpoint(m, torch.randn(4, 6, requires_grad=True), use_reentrant=reentrant).sum().backward()
-    assert [(len(h.stats[0]), len(h.recorders['grad.0'])) for h in cb] == [(3, 3)] * 3 and (cb._n_train, cb._n_recorded) == (3, 3)
+    assert [(len(h.stats[0]), len(h.recorders['output_grad'])) for h in cb] == [(3, 3)] * 3 and (cb._n_train, cb._n_recorded) == (3, 3)
 
 def test_recomputing_is_true_only_in_a_checkpoints_recomputation():
     seen = []

@@ -55,7 +55,7 @@ def test_multihead_attention_masks_only_when_named():
     st = ActivationStats(layers=[mha])
     with st.attach(mha): mha(x, x, x, key_padding_mask=pad, attn_mask=causal)
     recs = st.recorders['train']['MultiheadAttention']
-    assert list(recs) == ['0', '1'] and abs(float(recs['0'].means[0])) < 10 and recs['1'].n_batches == 1
+    assert list(recs) == ['output', 'output[1]'] and abs(float(recs['output'].means[0])) < 10 and recs['output[1]'].n_batches == 1
 
 
 def test_bad_with_kwargs_is_refused_naming_the_argument():

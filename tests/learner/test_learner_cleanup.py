@@ -53,7 +53,7 @@ def test_cleanup_error_after_a_good_fit(dls):
     assert isinstance(err, FileNotFoundError) and 'miniai-no-such-folder' in str(err)
     assert any('SaveCB.cleanup_fit' in n for n in err.__notes__), err.__notes__
     assert astats.learn is None                     # ActivationStats' cleanup ran after SaveCB's failed
-    assert len(astats.hooks[0].recorders['0']) == 6  # and what it collected is kept: 6 training batches
+    assert len(astats.hooks[0].recorders['output']) == 6  # and what it collected is kept: 6 training batches
     del err; gc.collect()
     assert ref() is None, 'the model is still alive'
 
@@ -63,7 +63,7 @@ def test_fit_error_wins_over_cleanup_error(dls):
     assert err is boom
     notes = '\n'.join(err.__notes__)
     assert 'SaveCB.cleanup_fit also raised FileNotFoundError' in notes and 'miniai-no-such-folder' in notes, notes
-    assert astats.learn is None and len(astats.hooks[0].recorders['0']) == 3   # batches 0, 1, 2
+    assert astats.learn is None and len(astats.hooks[0].recorders['output']) == 3   # batches 0, 1, 2
     del err, boom; gc.collect()
     assert ref() is None, 'the model is still alive'
 

@@ -18,7 +18,7 @@ def test_ddp_and_fsdp2_merge_to_one_process(tmp_path):
     single = np.load(tmp_path/'stats_single_rank0.npz')
     keys = sorted(single.files)
     kinds = {k.split('|')[2] for k in keys}
-    assert {'0', 'grad.0', 'param.weight', 'param.bias', 'grad.param.weight', 'grad.param.bias'} <= kinds
+    assert {'output', 'output_grad', 'param[weight]', 'param[bias]', 'param_grad[weight]', 'param_grad[bias]'} <= kinds
     assert {k.split('|')[1] for k in keys} == {'0', '2', '4'}
     for mode in ('ddp', 'fsdp'):
         for r in (0, 1):
@@ -27,7 +27,7 @@ def test_ddp_and_fsdp2_merge_to_one_process(tmp_path):
             for k in keys:
                 a, b = got[k], single[k]
                 assert a.shape == b.shape, (mode, r, k)
-                if k.split('|')[2] == 'grad.0':
+                if k.split('|')[2] == 'output_grad':
                     # each rank's loss is the mean over its half of the batch: the gradients of the layers' outputs are
                     # world_size (2) times one process's (DDP and FSDP average the parameters' gradients, not these)
                     if k.endswith('moms'):

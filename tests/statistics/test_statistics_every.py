@@ -83,7 +83,7 @@ def test_collector_every_counts_the_attached_models_training_forwards_as_activat
     assert (lin.calls, lin.n_updates, out.calls, out.n_updates) == (12, 6, 6, 3)
     assert astats.calls == {'lin': 6, 'out': 3}                          # the same batches: 1, 3, 5, each call of them
     for name, st in (('lin', lin), ('out', out)):
-        rec = astats.recorders['train'][name]['0']
+        rec = astats.recorders['train'][name]['output']
         assert st.output_stats.count == int(rec.moments.count.sum())
         assert math.isclose(st.output_stats.mean, float((rec.moments.mean * rec.moments.count).sum() / rec.moments.count.sum()), rel_tol=1e-9)
     with coll.attach(model, layers=['lin']):                             # the count goes on across blocks: batches 7, 8

@@ -127,7 +127,7 @@ def test_nan_appears_at_its_step_and_not_before(results):
     r = results['relu_cnn/2.0 NaN at step 8 @trained']
     k = zoo.FAULTS[r.case.fault].step
     recs = r.stats.recorders['train']
-    bad = {n: recs[n]['0'].nonfinite for n in r.names}
+    bad = {n: recs[n]['output'].nonfinite for n in r.names}
     assert all(int(b[:k].sum()) == 0 for b in bad.values()), bad              # nothing before step k
     assert bad['2.0'][k] > 0 and bad['0.0'][k] == 0 and bad['1.0'][k] == 0    # at step k: born in 2.0, the layers before it clean
     assert all(math.isfinite(l) for l in r.losses[:k]) and math.isnan(r.losses[k])
