@@ -52,7 +52,7 @@ def _stats_recorders(astats, who):
         for layer, recs in layers.items():
             for key, rec in recs.items():
                 if not isinstance(rec, Recorder) or type(rec).after_record is not Recorder.after_record:
-                    raise ValueError(f"{who}: the recorder of {layer}[{key}] ({phase}) is a {type(rec).__name__}, which keeps more than "
+                    raise ValueError(f"{who}: the recorder of {layer}.{key} ({phase}) is a {type(rec).__name__}, which keeps more than "
                                      "the statistics rows and histogram bins this format holds")
                 found.append((phase, layer, key, rec))
     return found
@@ -139,10 +139,10 @@ def _check_meta(meta, folder):
         need(isinstance(e, dict) and e.get('phase') in _STATS_PHASES and e.get('layer') in names and isinstance(e.get('key'), str),
              f'recorder {i} is not one of a layer in `names`, in phase train or valid')
         where = (e['phase'], e['layer'], e['key'])
-        need(where not in seen, f"recorder {i} repeats {e['layer']}[{e['key']}] ({e['phase']})"); seen.add(where)
+        need(where not in seen, f"recorder {i} repeats {e['layer']}.{e['key']} ({e['phase']})"); seen.add(where)
         ok = (isinstance(e.get('bins'), int) and not isinstance(e['bins'], bool) and e['bins'] >= 1 and isinstance(e.get('n_batches'), int)
               and all(isinstance(e.get(k), bool) for k in ('exact', 'fold', 'zeros', 'ranges', 'minmax')) and 'hi' in e and 'sample' in e and 'seed' in e)
-        need(ok, f"recorder {i} ({e['layer']}[{e['key']}]) lacks its settings (bins, hi, sample, exact, fold, zeros, ranges, minmax, seed, n_batches)")
+        need(ok, f"recorder {i} ({e['layer']}.{e['key']}) lacks its settings (bins, hi, sample, exact, fold, zeros, ranges, minmax, seed, n_batches)")
     chans = meta.get('channels', [])
     need(isinstance(chans, list) and all(isinstance(c, dict) and c.get('phase') in _STATS_PHASES and c.get('layer') in names
                                          and isinstance(c.get('key'), str) and isinstance(c.get('dim'), int) for c in chans),
@@ -162,7 +162,7 @@ def _meta_v1(meta):
 
 def _saved_channels(i, c, arrays, folder):
     "The per-channel statistics of entry `i` (`c`, from meta.json): a float64 array `[batches, channels, fields]` from the npz."
-    k, where = f'c{i}_moments', f"per-channel stats of {c['layer']}[{c['key']}] ({c['phase']})"
+    k, where = f'c{i}_moments', f"per-channel stats of {c['layer']}.{c['key']} ({c['phase']})"
     if k not in arrays.files: raise _load_error(folder, f'{where}: {k} is missing from {_STATS_ARRAYS}')
     try: a = arrays[k]
     except ValueError as err: raise _load_error(folder, f'{where}: {k}: {err}') from None
@@ -172,7 +172,7 @@ def _saved_channels(i, c, arrays, folder):
 
 def _saved_recorder(i, e, arrays, folder):
     "The `Recorder` of entry `i` (`e`, from meta.json) holding its arrays from the npz; a ValueError for a missing array or one of the wrong dtype or shape."
-    where = f"recorder {e['layer']}[{e['key']}] ({e['phase']})"
+    where = f"recorder {e['layer']}.{e['key']} ({e['phase']})"
     def arr(k, dtype):
         if k not in arrays.files: raise _load_error(folder, f'{where}: {k} is missing from {_STATS_ARRAYS}')
         try: a = arrays[k]

@@ -185,7 +185,7 @@ def test_load_refuses_bad_folders(tmp_path):
     bad = _saved(tmp_path, 'mixed'); save_stats(_forward_run(), tmp_path/'x'); os.replace(tmp_path/'x'/'recorders.npz', bad/'recorders.npz')
     refused(bad, 'recorders.npz is not the file its meta.json was written with')
     bad = _saved(tmp_path, 'shape'); _rewrite_npz(bad, lambda a: a.update(r0_rows=a['r0_rows'][:-1]))
-    refused(bad, 'recorder conv.0[0] (train)', '`n_batches`')
+    refused(bad, 'recorder conv.0.output (train)', '`n_batches`')
     bad = _saved(tmp_path, 'bins'); _rewrite_npz(bad, lambda a: a.update(r0_raw=a['r0_raw'][:, :-1]))
     refused(bad, 'bins+2')
     bad = _saved(tmp_path, 'dtype'); _rewrite_npz(bad, lambda a: a.update(r1_rows=a['r1_rows'].astype(np.float32)))
