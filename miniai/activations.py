@@ -132,7 +132,7 @@ def _param_of(name, key):
     kind, pname = kind_of_key(key)
     return name, pname, kind
 
-_get = dict.get     # a `_Keys`' own keys read without a Python call, in the hooks
+_get = dict.get     # a `StreamKeys`' own keys, read in the hooks without a call of Python (its `get` also reads the keys of before)
 
 # %% ../nbs/09h_activation_stats.ipynb #0d051cd6
 def _is_output(key): return key == 'output' or key.startswith('output[')   # not a gradient's ('output_grad'), not a parameter's
