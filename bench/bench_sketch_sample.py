@@ -4,23 +4,10 @@ fed 16K or 64K sampled values from each batch (`SketchRecorder.sketch_size`), in
 import sys, numpy as np, torch
 sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent))
 from _timing import clock, cpu_name
+sys.path.insert(0, str(__import__('pathlib').Path(__file__).parent.parent / 'tests' / 'support'))
+from _sketch_families import QS, families   # the inputs the percentiles' test reads
 from miniai.statistics import StatisticsCollector, StatisticsConfig
 from miniai.sketch import SketchRecorder
-
-QS = [50, 95, 99]
-
-def families(g, nb=64, n=2**18 + 16):
-    r = lambda: torch.randn(n, generator=g)
-    yield 'relu', [(r() * 2 + 0.5).relu() for _ in range(nb)]
-    def heads():
-        x = r().abs(); x[: n // 4] *= 10; return x
-    yield 'heads', [heads() for _ in range(nb)]
-    sc = torch.exp(torch.linspace(-2, 2, 64))
-    yield 'columns', [(torch.randn(n // 64 + 1, 64, generator=g) * sc).abs().reshape(-1)[:n] for _ in range(nb)]
-    yield 'sorted', [r().exp().sort().values for _ in range(nb)]
-    yield 'heavy', [(1 - torch.rand(n, generator=g)).pow(-1 / 1.5) for _ in range(nb)]
-    w = r().abs() * 0.05
-    yield 'same', [w for _ in range(nb)]
 
 def errors(draw):
     "{kind: (largest relative error of p50/p95/p99, whether numpy's lie in the stated intervals)}"

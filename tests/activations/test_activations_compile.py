@@ -4,31 +4,18 @@ grad mode, so the parameters' `.grad` is recorded with the eager numbers; traini
 reason says so, as the run-wide collector does (tests/statistics/test_statistics_compile.py). dynamo's 'aot_eager' backend: no C++ compiler."""
 import warnings
 import pytest, torch
-from torch import nn
 from miniai.activations import ActivationStats
 from miniai.hooks import NothingRecordedWarning
 from miniai.param_book import NO_GRAD
+from _compiled import COMPILE_MARKS, run_attached
 
-pytestmark = [pytest.mark.usefixtures('one_thread'),
-              pytest.mark.skipif(not hasattr(torch, 'compile') or not hasattr(torch.library, 'custom_op'),
-                                 reason='this torch has no torch.compile or no torch.library.custom_op')]
+pytestmark = COMPILE_MARKS
 dynamo = pytest.importorskip('torch._dynamo')
 
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-
-XS = [torch.randn(16, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
-
-def record(compile_inside, **kw):
-    m, st = net(), ActivationStats(**kw)
+def record(compiled, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter('error', NothingRecordedWarning)
-        with st.attach(m):
-            run = torch.compile(m, backend='aot_eager') if compile_inside else m     # compiled after attaching, inside the block
-            for x in XS: run(x).sum().backward()
-            with torch.no_grad(): run(XS[0])                                           # a training-mode forward without grad
-    return st
+        return run_attached(ActivationStats(**kw), compiled)
 
 def test_compiled_after_attach_records_the_eager_numbers():
     dynamo.reset()
@@ -54,10 +41,6 @@ def test_param_grads_of_forwards_without_grad_say_why():
     "Training forwards under `torch.no_grad` only: no `.grad` belongs to them, compiled or not, and the reason says so layer by layer (not a missing backward)."
     dynamo.reset()
     for compiled in (False, True):
-        m, st = net(), ActivationStats(param_grads=True)
-        with st.attach(m):
-            run = torch.compile(m, backend='aot_eager') if compiled else m
-            with torch.no_grad():
-                for x in XS: run(x)
+        st = run_attached(ActivationStats(param_grads=True), compiled, backward=False)
         assert len(st.recorders['train']['0']['output']) == 3 and st.params(grads=True) == {}
         assert all(st.skipped[n]['param_grad'] == NO_GRAD for n in st.names), compiled

@@ -14,9 +14,9 @@ from miniai.activations import ActivationStats
 from miniai.datasets import DataLoaders
 from miniai.learner import Learner, TrainCB
 
-pytestmark = [pytest.mark.usefixtures('one_thread'),
-              pytest.mark.skipif(not hasattr(torch, 'compile') or not hasattr(torch.library, 'custom_op'),
-                                 reason='this torch has no torch.compile or no torch.library.custom_op')]
+from _compiled import COMPILE_MARKS
+
+pytestmark = COMPILE_MARKS
 
 dynamo = pytest.importorskip('torch._dynamo')
 

@@ -4,30 +4,17 @@ the eager numbers; and `collect_param_grads` under compiled code: the hooks run 
 `ActivationStats` does (tests/activations/test_activations_compile.py)."""
 import warnings, math
 import pytest, torch
-from torch import nn
 from miniai.statistics import ActivationStatisticsHook, StatisticsConfig
 from miniai.param_book import NO_GRAD
+from _compiled import COMPILE_MARKS, run_attached
 
-pytestmark = [pytest.mark.usefixtures('one_thread'),
-              pytest.mark.skipif(not hasattr(torch, 'compile') or not hasattr(torch.library, 'custom_op'),
-                                 reason='this torch has no torch.compile or no torch.library.custom_op')]
+pytestmark = COMPILE_MARKS
 dynamo = pytest.importorskip('torch._dynamo')
 
-def net():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-
-XS = [torch.randn(16, 4, generator=torch.Generator().manual_seed(i)) for i in range(3)]
-
-def collect(compile_inside, **kw):
-    m, coll = net(), ActivationStatisticsHook(StatisticsConfig(collect_percentiles=[], **kw))
+def collect(compiled, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter('error')
-        with coll.attach(m):
-            run = torch.compile(m, backend='aot_eager') if compile_inside else m     # compiled after attaching, inside the block
-            for x in XS: run(x).sum().backward()
-            with torch.no_grad(): run(XS[0])                                           # a training-mode call without grad
-    return coll
+        return run_attached(ActivationStatisticsHook(StatisticsConfig(collect_percentiles=[], **kw)), compiled)
 
 def test_compiled_after_attach_records_the_eager_numbers():
     dynamo.reset()
@@ -55,11 +42,7 @@ def test_param_grads_of_calls_without_grad_say_why():
     "Training calls under `torch.no_grad` only, compiled or not: no `.grad` belongs to them, and the export's reason says so, not \"no backward\"."
     dynamo.reset()
     for compiled in (False, True):
-        m, coll = net(), ActivationStatisticsHook(StatisticsConfig(collect_percentiles=[], collect_param_grads=True))
-        with coll.attach(m):
-            run = torch.compile(m, backend='aot_eager') if compiled else m
-            with torch.no_grad():
-                for x in XS: run(x)
+        coll = run_attached(ActivationStatisticsHook(StatisticsConfig(collect_percentiles=[], collect_param_grads=True)), compiled, backward=False)
         e = coll.export_statistics()
         assert coll.call_count == 2 * 3 and all(e[n]['param_grads_reason'] == NO_GRAD for n in ('0', '2')), compiled
 

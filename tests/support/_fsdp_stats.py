@@ -17,7 +17,8 @@ def model():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 5), nn.ReLU(), nn.Linear(5, 4)).double()   # 5 rows: shards of 3 and 2
 
-def run(mode, out):
+def wrapped(mode):
+    "`(model, rank, world size)`: `model()` as `mode` trains it: alone ('single'), under DDP ('ddp') or FSDP2 ('fsdp')."
     import torch.distributed as dist
     r, ws = (dist.get_rank(), dist.get_world_size()) if mode != 'single' else (0, 1)
     m = model()
@@ -28,6 +29,18 @@ def run(mode, out):
         from torch.distributed.fsdp import fully_shard
         for i in (0, 2): fully_shard(m[i])
         fully_shard(m)
+    return m, r, ws
+
+def main(run):
+    "Under torchrun: join the gloo group, then `run(mode, out)` for each mode named on the command line (`out` first)."
+    import torch.distributed as dist
+    dist.init_process_group('gloo')
+    try:
+        for mode in sys.argv[2:]: run(mode, sys.argv[1])
+    finally: dist.destroy_process_group()
+
+def run(mode, out):
+    m, r, ws = wrapped(mode)
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     xs, ys = data()
     astats = ActivationStats([nn.Linear], exact=True, weights=True, param_grads=True, output_grads=True, per_channel=True, on_valid=True)
@@ -45,9 +58,4 @@ def run(mode, out):
                 if rec.n_batches: arrays[f'{phase}|{name}|{key}|moms'], arrays[f'{phase}|{name}|{key}|hists'] = rec.moments.t.numpy(), rec.hists.numpy()
     np.savez(f'{out}/stats_{mode}_rank{r}.npz', **arrays)
 
-if __name__ == '__main__':
-    import torch.distributed as dist
-    dist.init_process_group('gloo')
-    try:
-        for mode in sys.argv[2:]: run(mode, sys.argv[1])
-    finally: dist.destroy_process_group()
+if __name__ == '__main__': main(run)
